@@ -1,0 +1,11 @@
+# Warnings and sanitizers applied to every fencelock target through fencelock_options.
+add_library(fencelock_options INTERFACE)
+target_compile_options(fencelock_options INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor)
+if(FENCELOCK_WERROR)
+  target_compile_options(fencelock_options INTERFACE -Werror)
+endif()
+if(FENCELOCK_SANITIZE)
+  target_compile_options(fencelock_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                         -fno-sanitize-recover=undefined)
+  target_link_options(fencelock_options INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,13 @@
+# Script mode helper of EmbedFiles.cmake: writes OUT from FILES.
+set(body "// Generated from Lua files by cmake/embed_generate.cmake. Do not edit.\n#pragma once\n#include <string_view>\nnamespace ${NS} {\n")
+string(REPLACE "|" ";" FILES "${FILES}")
+foreach(file IN LISTS FILES)
+  get_filename_component(stem ${file} NAME_WE)
+  file(READ ${file} text)
+  string(SHA1 sha "${text}")
+  string(APPEND body "inline constexpr std::string_view ${stem} = R\"fencelock_embed(${text})fencelock_embed\";\n")
+  string(APPEND body "inline constexpr std::string_view ${stem}_sha1 = \"${sha}\";\n")
+endforeach()
+string(APPEND body "}  // namespace ${NS}\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

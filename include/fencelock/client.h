@@ -1,0 +1,64 @@
+// fencelock/client.h: the entry point. One Client per backend cluster per process.
+//
+//   auto client = fencelock::Client::connect("redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003");
+//   if (!client) { std::cerr << client.status().to_string() << "\n"; return 69; }
+//   auto key = fencelock::LockKey::make("reports/nightly");
+//   auto lease = client->acquire(*key, {.ttl = 10s, .wait = 30s});
+//   if (lease) write_with_fence(lease->token());
+//
+// Backends are chosen by URI (redis://, redlock://, memory://; see docs/PROTOCOLS.md).
+//
+// Threads of one process that contend for one key queue locally in FIFO order; only the head of
+// the queue talks to the servers. Waiting never polls: waiters wake on the backend's release
+// event, with the holder's remaining TTL as the fallback for a holder that crashed.
+//
+// Thread-safety: a Client is safe for concurrent use from many threads. Copies share one
+// connection set and one renewal scheduler; the last copy (and the last Lease) to go closes them.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fencelock/lease.h"
+#include "fencelock/options.h"
+#include "fencelock/status.h"
+#include "fencelock/types.h"
+
+namespace fencelock {
+
+namespace detail {
+class ClientCore;
+struct ClientAccess;  // tests and tools inside the project reach the core through this
+}
+
+class Client {
+ public:
+  // Connects to the backend named by `uri`. kInvalidArgument for a malformed URI,
+  // kUnavailable when too few servers answer (Redlock: fewer than a majority),
+  // kUnauthenticated for rejected credentials. Credentials never appear in messages.
+  static Result<Client> connect(std::string_view uri, const ClientOptions& options = {});
+
+  // Takes the lock. Returns a Lease, or: kLocked (held by someone else for the whole wait),
+  // kCancelled (options.stop fired), kUnavailable (no quorum), kDeadlineExceeded,
+  // kInvalidArgument (ttl <= 0 or below the backend minimum, wait < 0).
+  // A failed, cancelled or timed-out call leaves nothing held on any server.
+  Result<Lease> acquire(const LockKey& key, const AcquireOptions& options = {});
+
+  // The current holder of `key`, or nullopt when it is free.
+  Result<std::optional<HolderInfo>> inspect(const LockKey& key);
+  // Every held lock whose key starts with `prefix` (all when empty), sorted by key.
+  Result<std::vector<HolderInfo>> list(std::string_view prefix = {});
+
+  // The URI with any password removed, e.g. "redlock://127.0.0.1:7001,127.0.0.1:7002".
+  std::string describe() const;
+
+ private:
+  friend struct detail::ClientAccess;
+  explicit Client(std::shared_ptr<detail::ClientCore> core);
+  std::shared_ptr<detail::ClientCore> core_;
+};
+
+}  // namespace fencelock

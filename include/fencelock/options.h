@@ -1,0 +1,46 @@
+// fencelock/options.h: options for connecting a Client and for one acquisition.
+//
+// Options are aggregates; every field's comment states its default and what 0 means.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <stop_token>
+
+namespace fencelock {
+
+using std::chrono::milliseconds;
+
+struct AcquireOptions {
+  // Lease time to live. Default 10 s. Must be > 0 and at least the backend's minimum
+  // (Redis: 10 ms; see docs/PROTOCOLS.md). The lease stays valid this long after each successful
+  // acquire/renew, less the clock-drift allowance.
+  milliseconds ttl{10'000};
+  // How long to wait for a held lock. Default 0: try once and return kLocked if held.
+  // Negative is kInvalidArgument.
+  milliseconds wait{0};
+  // Renew automatically every ttl/3 while the Lease lives. Default true. When false the lease
+  // simply expires at valid_until() and lost() fires then.
+  bool renew = true;
+  // Cancels a waiting acquisition (result kCancelled, nothing held). Default: never.
+  std::stop_token stop;
+  // Free-form holder metadata (JSON object text) shown by inspect()/list(). Default empty: the
+  // client fills in {"host":..,"pid":..,"program":..}.
+  std::string metadata;
+};
+
+struct ClientOptions {
+  // Time allowed to open one server connection. Default 1 s.
+  milliseconds connect_timeout{1'000};
+  // Time allowed for one request to one server. Default 1 s. Acquisition additionally caps it at
+  // ttl/10 so that a slow instance cannot eat the lease's validity.
+  milliseconds io_timeout{1'000};
+  // Clock-drift allowance, as a fraction of the TTL, subtracted from every validity (Redlock
+  // spec). Default 0.01; a further 2 ms is always subtracted.
+  double drift_factor = 0.01;
+  // How long a Lease destructor may spend releasing. Default 500 ms; 0 skips the release and
+  // leaves the lock to expire.
+  milliseconds release_timeout{500};
+};
+
+}  // namespace fencelock

@@ -1,0 +1,76 @@
+// fencelock/types.h: distinct types for the distinct things a lock is made of.
+//
+// LockKey, OwnerId and FencingToken cannot be mixed up: none converts implicitly from a string or
+// an integer, so passing a key where an owner belongs does not compile.
+//
+// Thread-safety: all are immutable values once built.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <compare>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fencelock/status.h"
+
+namespace fencelock {
+
+// The name of a lock: 1..512 bytes, any bytes except NUL.
+class LockKey {
+ public:
+  static constexpr std::size_t kMaxBytes = 512;
+
+  // InvalidArgument when empty, longer than kMaxBytes, or containing a NUL byte.
+  static Result<LockKey> make(std::string_view name);
+
+  const std::string& str() const { return name_; }
+  friend bool operator==(const LockKey&, const LockKey&) = default;
+  friend auto operator<=>(const LockKey&, const LockKey&) = default;
+
+ private:
+  explicit LockKey(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+};
+
+// A 128-bit random id naming one grant's holder. Drawn from the OS CSPRNG (getrandom), never a
+// counter. Only the holder of the id can renew or release the grant. Log short_hex(), never hex().
+class OwnerId {
+ public:
+  static OwnerId random();
+  // InvalidArgument unless `hex` is 32 lower-case hex digits.
+  static Result<OwnerId> from_hex(std::string_view hex);
+
+  std::string hex() const;        // 32 hex digits: the value stored on the server
+  std::string short_hex() const;  // first 8 hex digits: safe to log and show
+  friend bool operator==(const OwnerId&, const OwnerId&) = default;
+
+ private:
+  OwnerId() = default;
+  std::array<std::uint8_t, 16> bytes_{};
+};
+
+// A fencing token: strictly increasing across successive grants of one key on one backend cluster.
+// Never 0. Resources compare tokens to reject writes from stale holders (see fence.h).
+class FencingToken {
+ public:
+  constexpr explicit FencingToken(std::uint64_t value) : value_(value) {}
+  constexpr std::uint64_t value() const { return value_; }
+  friend constexpr auto operator<=>(FencingToken, FencingToken) = default;
+
+ private:
+  std::uint64_t value_;
+};
+
+// What inspect() and list() report about a held lock.
+struct HolderInfo {
+  std::string key;
+  std::string owner_prefix;  // OwnerId::short_hex() of the holder
+  FencingToken token{0};     // 0 when the backend cannot tell
+  std::chrono::milliseconds ttl_remaining{0};
+  std::string metadata;      // holder metadata as JSON text, e.g. {"host":"a","pid":7}; may be empty
+};
+
+}  // namespace fencelock

@@ -1,0 +1,98 @@
+// Backend: the interface every lock service implements (redis::Redlock, memory::Backend, ...).
+//
+// The Client owns the contract of fencelock/client.h (local queue, renewal, lost signalling);
+// a Backend only speaks its protocol. Every method is blocking, bounded by the deadline it is
+// given, and safe to call from several threads at once.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "fencelock/status.h"
+#include "fencelock/types.h"
+
+namespace fencelock::detail {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct GrantRequest {
+  const LockKey& key;
+  const OwnerId& owner;
+  milliseconds ttl;
+  const std::string& metadata;
+};
+
+struct Grant {
+  FencingToken token{0};
+  Clock::time_point valid_until;
+};
+
+// The outcome of one try: a Grant, or an error. On kLocked, `retry_after` is the holder's
+// remaining TTL (the fallback wake-up for a holder that dies without releasing).
+struct TryResult {
+  Status status;
+  std::optional<Grant> grant;
+  milliseconds retry_after{0};
+};
+
+struct RenewItem {
+  const LockKey* key;
+  const OwnerId* owner;
+  milliseconds ttl;
+};
+
+// Per item of a renew_all() call.
+struct RenewOutcome {
+  enum Kind {
+    kRenewed,   // confirmed: valid_until is the new validity
+    kRejected,  // definitely gone: expired or taken over on enough servers that no quorum can confirm
+    kUnknown,   // not confirmed (servers unreachable or slow): retry; the lease stays valid until
+                // its old valid_until, when the watchdog declares it lost
+  };
+  Kind kind = kUnknown;
+  Clock::time_point valid_until{};
+};
+
+// A subscription to release events of one key, taken before the try that may fail so that a
+// release between the try and the wait is never missed.
+class ReleaseWatch {
+ public:
+  virtual ~ReleaseWatch() = default;
+  // Blocks until a release event arrived since this watch was made (or since the last wait that
+  // returned true), `until` passes, or `stop` fires. True on an event.
+  virtual bool wait_until(Clock::time_point until, std::stop_token stop) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Smallest TTL the backend can honour.
+  virtual milliseconds min_ttl() const = 0;
+
+  // One attempt to take the lock. Never leaves a partial grant behind: on any failure the
+  // backend has already released (by owner id) whatever it took.
+  virtual TryResult try_acquire(const GrantRequest& request) = 0;
+
+  virtual std::unique_ptr<ReleaseWatch> watch(const LockKey& key) = 0;
+
+  // Renews every item, batched per server. Returns one outcome per item, in order.
+  virtual std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) = 0;
+
+  // Compare-owner-and-delete, then wake waiters. OK when the key is gone or owned by another.
+  virtual Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) = 0;
+
+  virtual Result<std::optional<HolderInfo>> inspect(const LockKey& key) = 0;
+  virtual Result<std::vector<HolderInfo>> list(std::string_view prefix) = 0;
+
+  // The backend's URI without credentials.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace fencelock::detail

@@ -1,0 +1,52 @@
+#include "fencelock/client.h"
+
+#include <fmt/format.h>
+
+#include "core/client_core.h"
+#include "core/uri.h"
+#include "memory/memory_backend.h"
+#include "redis/redis_backend.h"
+
+namespace fencelock {
+
+namespace {
+
+Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
+                                                      const ClientOptions& options) {
+  auto parsed = detail::parse_uri(uri, 6379);
+  if (!parsed.ok()) return parsed.status();
+  const std::string& scheme = parsed->scheme;
+  if (scheme == "memory") return detail::make_memory_backend(*parsed);
+  if (scheme == "redis" || scheme == "redlock") return detail::make_redis_backend(*parsed, options);
+  return Status(Code::kInvalidArgument,
+                fmt::format("unknown backend scheme '{}://' (use redis://, redlock:// or memory://)",
+                            scheme));
+}
+
+}  // namespace
+
+Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
+
+Result<Client> Client::connect(std::string_view uri, const ClientOptions& options) {
+  auto backend = make_backend(uri, options);
+  if (!backend.ok()) return backend.status();
+  return Client(std::make_shared<detail::ClientCore>(std::move(*backend), options));
+}
+
+Result<Lease> Client::acquire(const LockKey& key, const AcquireOptions& options) {
+  auto state = core_->acquire(key, options);
+  if (!state.ok()) return state.status();
+  return Lease(std::move(*state));
+}
+
+Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
+  return core_->backend().inspect(key);
+}
+
+Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
+  return core_->backend().list(prefix);
+}
+
+std::string Client::describe() const { return core_->backend().describe(); }
+
+}  // namespace fencelock

@@ -1,0 +1,50 @@
+// ClientCore: the shared state behind a Client and its Leases (backend, local queue, renewer).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/lease_state.h"
+#include "core/local_queue.h"
+#include "core/renewer.h"
+#include "fencelock/client.h"
+#include "fencelock/options.h"
+
+namespace fencelock::detail {
+
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
+ public:
+  ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
+
+  Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options);
+  // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
+  Status release(LeaseState& lease, Clock::time_point deadline);
+
+  Backend& backend() { return *backend_; }
+  Renewer& renewer() { return renewer_; }
+  LocalQueue& queue() { return queue_; }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  Status validate(const AcquireOptions& options) const;
+  Result<std::shared_ptr<LeaseState>> acquire_as_head(const LockKey& key,
+                                                      const AcquireOptions& options,
+                                                      Clock::time_point deadline);
+
+  // Declaration order is destruction order reversed: the renewer stops before the backend goes.
+  std::unique_ptr<Backend> backend_;
+  const ClientOptions options_;
+  const std::string default_metadata_;
+  LocalQueue queue_;
+  Renewer renewer_;
+};
+
+struct ClientAccess {
+  static ClientCore& core(Client& client) { return *client.core_; }
+};
+
+// {"host":"...","pid":123,"program":"..."} for this process.
+std::string process_metadata();
+
+}  // namespace fencelock::detail

@@ -1,0 +1,50 @@
+#include "fencelock/lease.h"
+
+#include "core/client_core.h"
+
+namespace fencelock {
+
+Lease::Lease(std::shared_ptr<detail::LeaseState> state) : state_(std::move(state)) {}
+Lease::Lease(Lease&&) noexcept = default;
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Lease dying(std::move(*this));  // releases what this held
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Lease::~Lease() {
+  if (!state_) return;
+  auto core = std::move(state_->core);  // a renewal thread may hold the state: never let it own the core
+  if (core && !state_->released.exchange(true)) {
+    milliseconds budget = core->options().release_timeout;
+    if (budget > milliseconds(0)) {
+      (void)core->release(*state_, detail::Clock::now() + budget);
+    } else {
+      core->renewer().remove(state_.get());
+      state_->mark_lost();
+    }
+  }
+}
+
+const LockKey& Lease::key() const { return state_->key; }
+const OwnerId& Lease::owner() const { return state_->owner; }
+FencingToken Lease::token() const { return state_->token; }
+std::chrono::steady_clock::time_point Lease::valid_until() const { return state_->valid_until(); }
+std::stop_token Lease::lost() const { return state_->lost_source.get_token(); }
+
+void Lease::on_lost(std::function<void()> callback) {
+  std::lock_guard lock(state_->callbacks_mu);
+  state_->callbacks.push_back(std::make_unique<std::stop_callback<std::function<void()>>>(
+      state_->lost_source.get_token(), std::move(callback)));
+}
+
+Status Lease::release() {
+  if (state_->released.exchange(true)) return Status::Ok();
+  auto& core = *state_->core;
+  return core.release(*state_, detail::Clock::now() + core.options().io_timeout);
+}
+
+}  // namespace fencelock

@@ -1,0 +1,48 @@
+// LeaseState: what a Lease, the Renewer and the ClientCore share about one grant.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <vector>
+
+#include "core/backend.h"
+#include "fencelock/types.h"
+
+namespace fencelock::detail {
+
+class ClientCore;
+
+struct LeaseState {
+  LeaseState(LockKey k, OwnerId o, FencingToken t, milliseconds ttl_, bool renew_)
+      : key(std::move(k)), owner(o), token(t), ttl(ttl_), renew(renew_) {}
+
+  const LockKey key;
+  const OwnerId owner;
+  const FencingToken token;
+  const milliseconds ttl;
+  const bool renew;
+
+  std::shared_ptr<ClientCore> core;  // keeps the backend alive while the lease lives
+
+  Clock::time_point valid_until() const {
+    return Clock::time_point(Clock::duration(valid_until_ticks.load(std::memory_order_acquire)));
+  }
+  void set_valid_until(Clock::time_point t) {
+    valid_until_ticks.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
+  // Fires lost() once; later calls do nothing.
+  void mark_lost() { lost_source.request_stop(); }
+
+  std::atomic<Clock::rep> valid_until_ticks{0};
+  std::stop_source lost_source;
+  std::atomic<bool> released{false};
+
+  std::mutex callbacks_mu;
+  std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>> callbacks;  // GUARDED_BY(callbacks_mu)
+};
+
+}  // namespace fencelock::detail

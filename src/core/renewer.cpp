@@ -1,0 +1,156 @@
+#include "core/renewer.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace fencelock::detail {
+namespace {
+
+// How long to wait before retrying a renewal whose outcome was unknown.
+milliseconds retry_delay(milliseconds ttl) { return std::clamp(ttl / 10, milliseconds(5), milliseconds(500)); }
+
+}  // namespace
+
+milliseconds Renewer::lost_guard(milliseconds ttl) {
+  return std::clamp(ttl / 10, milliseconds(2), milliseconds(50));
+}
+
+Renewer::Renewer(Backend& backend) : backend_(backend) {
+  renew_thread_ = std::jthread([this](std::stop_token stop) { renew_loop(stop); });
+  watchdog_thread_ = std::jthread([this](std::stop_token stop) { watchdog_loop(stop); });
+}
+
+Renewer::~Renewer() {
+  renew_thread_.request_stop();
+  watchdog_thread_.request_stop();
+  renew_cv_.notify_all();
+  watchdog_cv_.notify_all();
+}
+
+void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
+  std::lock_guard lock(mu_);
+  Clock::time_point start = lease->valid_until() - lease->ttl;  // conservative send-time estimate
+  entries_[lease.get()] = Entry{lease, std::max(start + lease->ttl / 3, Clock::now())};
+  ++version_;
+  renew_cv_.notify_all();
+  watchdog_cv_.notify_all();
+}
+
+void Renewer::remove(const LeaseState* lease) {
+  std::lock_guard lock(mu_);
+  entries_.erase(lease);
+  ++version_;
+}
+
+void Renewer::pause_renewals_for_testing(bool paused) {
+  std::lock_guard lock(mu_);
+  paused_ = paused;
+  ++version_;
+  renew_cv_.notify_all();
+}
+
+std::uint64_t Renewer::rounds() const {
+  std::lock_guard lock(mu_);
+  return rounds_;
+}
+
+void Renewer::renew_loop(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    Clock::time_point next = Clock::time_point::max();
+    if (!paused_) {
+      for (const auto& [_, e] : entries_) {
+        if (e.lease->renew) next = std::min(next, e.next_renew);
+      }
+    }
+    if (next > Clock::now()) {
+      std::uint64_t seen = version_;
+      auto changed = [&] { return version_ != seen; };
+      if (next == Clock::time_point::max()) {
+        renew_cv_.wait(lock, stop, changed);
+      } else {
+        renew_cv_.wait_until(lock, stop, next, changed);
+      }
+      continue;  // re-plan: entries may have changed
+    }
+    run_round(lock);
+  }
+}
+
+void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
+  Clock::time_point now = Clock::now();
+  std::vector<std::shared_ptr<LeaseState>> due;
+  for (const auto& [_, e] : entries_) {
+    if (e.lease->renew && e.next_renew <= now + e.lease->ttl / 6) due.push_back(e.lease);
+  }
+  std::vector<RenewItem> items;
+  items.reserve(due.size());
+  for (const auto& lease : due) items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl});
+  ++rounds_;
+  lock.unlock();
+  std::vector<RenewOutcome> outcomes = backend_.renew_all(items);
+  lock.lock();
+  now = Clock::now();
+  std::vector<std::shared_ptr<LeaseState>> lost;
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    auto it = entries_.find(due[i].get());
+    if (it == entries_.end()) continue;  // released meanwhile
+    LeaseState& lease = *due[i];
+    const RenewOutcome& outcome = outcomes[i];
+    if (outcome.kind == RenewOutcome::kRenewed && !lease.lost_source.stop_requested()) {
+      lease.set_valid_until(outcome.valid_until);
+      Clock::time_point sent = outcome.valid_until - lease.ttl;
+      it->second.next_renew = std::max(sent + lease.ttl / 3, now);
+    } else if (outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested()) {
+      lost.push_back(due[i]);
+      entries_.erase(it);
+    } else {
+      it->second.next_renew = now + retry_delay(lease.ttl);
+    }
+  }
+  ++version_;
+  watchdog_cv_.notify_all();
+  fire_unlocked(lock, lost);
+}
+
+void Renewer::fire_unlocked(std::unique_lock<std::mutex>& lock,
+                            const std::vector<std::shared_ptr<LeaseState>>& lost) {
+  if (lost.empty()) return;
+  lock.unlock();  // lost() callbacks are user code: never run them under mu_
+  for (const auto& lease : lost) lease->mark_lost();
+  lock.lock();
+}
+
+void Renewer::watchdog_loop(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  while (!stop.stop_requested()) {
+    Clock::time_point now = Clock::now();
+    Clock::time_point next = Clock::time_point::max();
+    std::vector<std::shared_ptr<LeaseState>> lost;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      const LeaseState& lease = *it->second.lease;
+      Clock::time_point fire_at = lease.valid_until() - lost_guard(lease.ttl);
+      if (fire_at <= now) {
+        lost.push_back(it->second.lease);
+        it = entries_.erase(it);
+        continue;
+      }
+      next = std::min(next, fire_at);
+      ++it;
+    }
+    if (!lost.empty()) {
+      ++version_;
+      fire_unlocked(lock, lost);
+      continue;
+    }
+    std::uint64_t seen = version_;
+    auto changed = [&] { return version_ != seen; };
+    if (next == Clock::time_point::max()) {
+      watchdog_cv_.wait(lock, stop, changed);
+    } else {
+      watchdog_cv_.wait_until(lock, stop, next, changed);
+    }
+  }
+}
+
+}  // namespace fencelock::detail

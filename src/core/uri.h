@@ -1,0 +1,41 @@
+// Parsing of backend URIs (pure: no I/O). Grammar, per DESIGN.md section 3:
+//   redis://[user:pass@]host[:port][/db]
+//   redlock://[user:pass@]h1[:p1],h2[:p2],...[/db]
+//   memory://[name]
+// Hosts may be bracketed IPv6 literals ("[::1]:6379"). User and password are percent-decoded.
+// Error messages never contain the password.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fencelock/status.h"
+
+namespace fencelock::detail {
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+struct ParsedUri {
+  std::string scheme;  // lower case
+  std::string user;
+  std::string password;
+  bool has_password = false;
+  std::vector<Endpoint> endpoints;
+  std::string path;  // after the first '/', without it; e.g. "2" for a Redis db
+  std::map<std::string, std::string> query;
+};
+
+// `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
+Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);
+
+// "redlock://user@h1:1,h2:2/3": the URI as safe to print (password dropped).
+std::string redact(const ParsedUri& uri);
+
+}  // namespace fencelock::detail

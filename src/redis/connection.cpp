@@ -1,0 +1,231 @@
+#include "redis/connection.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace fencelock::detail::redis {
+namespace {
+
+timeval to_timeval(milliseconds d) {
+  d = std::max(d, milliseconds(1));
+  return timeval{static_cast<time_t>(d.count() / 1000), static_cast<suseconds_t>((d.count() % 1000) * 1000)};
+}
+
+std::string endpoint_text(const Endpoint& ep) {
+  bool v6 = ep.host.find(':') != std::string::npos;
+  return v6 ? fmt::format("[{}]:{}", ep.host, ep.port) : fmt::format("{}:{}", ep.host, ep.port);
+}
+
+// Runs one command synchronously on a fresh context (connection setup only).
+Status setup_command(redisContext* c, const std::vector<std::string>& args, std::string_view where) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  Reply reply(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
+  if (!reply) {
+    return Status(Code::kUnavailable, fmt::format("{}: {}", where, c->errstr[0] ? c->errstr : "no reply"));
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    return status_from_error_reply(std::string_view(reply->str, reply->len), where);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string format_command(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* out = nullptr;
+  int len = redisFormatCommandArgv(&out, static_cast<int>(argv.size()), argv.data(), lens.data());
+  std::string command(out, static_cast<std::size_t>(len));
+  redisFreeCommand(out);
+  return command;
+}
+
+Status status_from_error_reply(std::string_view text, std::string_view where) {
+  auto starts = [&](std::string_view p) { return text.substr(0, p.size()) == p; };
+  if (starts("WRONGPASS") || starts("NOAUTH") || starts("ERR invalid password") ||
+      starts("ERR AUTH") || starts("ERR Client sent AUTH")) {
+    return Status(Code::kUnauthenticated,
+                  fmt::format("{} refused the credentials ({}); check the user and password in the "
+                              "URI or FENCELOCK_REDIS_PASSWORD",
+                              where, text.substr(0, text.find(' '))));
+  }
+  if (starts("NOPERM")) {
+    return Status(Code::kPermissionDenied,
+                  fmt::format("{}: the user lacks a needed permission: {}", where, text));
+  }
+  if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") || starts("TRYAGAIN")) {
+    return Status(Code::kUnavailable, fmt::format("{}: {}", where, text));
+  }
+  return Status(Code::kInternal, fmt::format("{}: unexpected error reply: {}", where, text));
+}
+
+Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline) {
+  std::string where = endpoint_text(spec.endpoint);
+  auto budget = std::min(spec.connect_timeout,
+                         std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+  if (budget <= milliseconds(0)) {
+    return Status(Code::kDeadlineExceeded, fmt::format("{}: no time left to connect", where));
+  }
+  ContextPtr c(redisConnectWithTimeout(spec.endpoint.host.c_str(), spec.endpoint.port, to_timeval(budget)));
+  if (!c) return Status(Code::kInternal, "out of memory allocating a Redis context");
+  if (c->err) {
+    return Status(Code::kUnavailable, fmt::format("cannot connect to Redis at {}: {}", where, c->errstr));
+  }
+  redisSetTimeout(c.get(), to_timeval(budget));  // setup commands only; fan_out uses poll()
+  if (spec.has_password) {
+    std::vector<std::string> auth = {"AUTH"};
+    if (!spec.user.empty()) auth.push_back(spec.user);
+    auth.push_back(spec.password);
+    if (Status st = setup_command(c.get(), auth, where); !st.ok()) return st;
+  }
+  if (spec.db != 0) {
+    if (Status st = setup_command(c.get(), {"SELECT", std::to_string(spec.db)}, where); !st.ok()) return st;
+  }
+  if (Status st = setup_command(c.get(), {"PING"}, where); !st.ok()) return st;
+  for (std::string_view script : spec.scripts) {
+    if (Status st = setup_command(c.get(), {"SCRIPT", "LOAD", std::string(script)}, where); !st.ok()) {
+      return st;
+    }
+  }
+  return c;
+}
+
+Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
+  {
+    std::lock_guard lock(mu_);
+    if (!idle_.empty()) {
+      ContextPtr c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+    if (Clock::now() < down_until_) return last_error_;
+  }
+  auto opened = open_context(spec_, deadline);
+  std::lock_guard lock(mu_);
+  if (opened.ok()) {
+    backoff_ = milliseconds(0);
+    down_until_ = {};
+    return opened;
+  }
+  Code code = opened.code();
+  if (code == Code::kUnavailable || code == Code::kDeadlineExceeded) {
+    backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
+    down_until_ = Clock::now() + backoff_;
+    last_error_ = opened.status();
+  }
+  return opened;
+}
+
+void Instance::checkin(ContextPtr context) {
+  constexpr std::size_t kMaxIdle = 32;
+  std::lock_guard lock(mu_);
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(context));
+}
+
+void Instance::note_failure() {
+  std::lock_guard lock(mu_);
+  idle_.clear();  // the server probably went away: drop connections that would fail the same way
+}
+
+std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
+
+void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
+  std::vector<ContextPtr> contexts(calls.size());
+  // 1. Write every command to every instance before reading anything.
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    InstanceCall& call = calls[i];
+    call.replies.clear();
+    call.error = Status::Ok();
+    auto checked_out = call.instance->checkout(deadline);
+    if (!checked_out.ok()) {
+      call.error = checked_out.status();
+      continue;
+    }
+    redisContext* c = checked_out->get();
+    for (const std::string* cmd : call.commands) redisAppendFormattedCommand(c, cmd->data(), cmd->size());
+    int done = 0;
+    while (!done) {
+      if (redisBufferWrite(c, &done) == REDIS_ERR) break;
+    }
+    if (!done) {
+      call.error = Status(Code::kUnavailable, fmt::format("lost connection to Redis at {}: {}",
+                                                          call.instance->address(), c->errstr));
+      call.instance->note_failure();
+      continue;
+    }
+    contexts[i] = std::move(*checked_out);
+  }
+  // 2. Collect replies from whichever instance has data, under one deadline.
+  auto drain = [&](std::size_t i) {
+    while (calls[i].replies.size() < calls[i].commands.size()) {
+      void* raw = nullptr;
+      if (redisGetReplyFromReader(contexts[i].get(), &raw) == REDIS_ERR) return false;
+      if (raw == nullptr) return true;
+      calls[i].replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    return true;
+  };
+  auto fail = [&](std::size_t i, Status st) {
+    calls[i].error = std::move(st);
+    contexts[i].reset();  // a half-read connection can never be reused
+  };
+  std::vector<pollfd> fds;
+  std::vector<std::size_t> owners;
+  while (true) {
+    fds.clear();
+    owners.clear();
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (contexts[i] && calls[i].replies.size() < calls[i].commands.size()) {
+        fds.push_back(pollfd{contexts[i]->fd, POLLIN, 0});
+        owners.push_back(i);
+      }
+    }
+    if (fds.empty()) break;
+    auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    if (left <= milliseconds(0)) {
+      for (std::size_t i : owners) {
+        fail(i, Status(Code::kDeadlineExceeded,
+                       fmt::format("Redis at {} did not answer in time", calls[i].instance->address())));
+      }
+      break;
+    }
+    int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    if (ready < 0 && errno != EINTR) {
+      for (std::size_t i : owners) fail(i, Status(Code::kInternal, std::strerror(errno)));
+      break;
+    }
+    for (std::size_t k = 0; k < fds.size() && ready > 0; ++k) {
+      if (fds[k].revents == 0) continue;
+      std::size_t i = owners[k];
+      if (redisBufferRead(contexts[i].get()) == REDIS_ERR || !drain(i)) {
+        fail(i, Status(Code::kUnavailable, fmt::format("lost connection to Redis at {}: {}",
+                                                       calls[i].instance->address(),
+                                                       contexts[i]->errstr)));
+        calls[i].instance->note_failure();
+      }
+    }
+  }
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (contexts[i]) calls[i].instance->checkin(std::move(contexts[i]));
+  }
+}
+
+}  // namespace fencelock::detail::redis

@@ -1,0 +1,98 @@
+// Redis connections for the Redis and Redlock backends (hiredis 0.14, synchronous contexts).
+//
+// Concurrency mechanism (one for the driver, chosen by measurement: see docs/BENCHMARKS.md):
+// blocking hiredis contexts, pooled per instance, and a fan-out that writes a call's commands to
+// every instance before reading any reply, then collects replies with poll() under one deadline.
+// Latency is the slowest instance's reply, never the sum. The pub/sub side (subscriber.h) is one
+// thread per instance.
+//
+// Thread-safety: Instance and fan_out are safe to use from many threads; a RedisConnection is
+// used by one thread at a time (checked out of its Instance's pool).
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/uri.h"
+#include "fencelock/options.h"
+
+namespace fencelock::detail::redis {
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+struct ContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+
+// A RESP-encoded command, formatted once and sent to any number of instances.
+std::string format_command(const std::vector<std::string>& args);
+
+// How to reach and log in to one instance.
+struct ConnectSpec {
+  Endpoint endpoint;
+  std::string user;
+  std::string password;
+  bool has_password = false;
+  int db = 0;
+  milliseconds connect_timeout{1000};
+  std::vector<std::string_view> scripts;  // SCRIPT LOADed on every new connection
+};
+
+// Opens a blocking context, then AUTH (when a password is set), SELECT (db != 0), a PING and
+// SCRIPT LOAD of spec.scripts (so EVALSHA works after a server restart).
+// kUnavailable when the server cannot be reached, kUnauthenticated / kPermissionDenied when it
+// refuses the credentials.
+Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline);
+
+// Maps a server error reply ("WRONGPASS ...", "NOPERM ...") to a Status.
+Status status_from_error_reply(std::string_view text, std::string_view where);
+
+// One Redis instance: a pool of idle connections and a reconnect backoff.
+class Instance {
+ public:
+  explicit Instance(ConnectSpec spec) : spec_(std::move(spec)) {}
+
+  // An idle connection, or a new one. While the instance is in reconnect backoff this fails at
+  // once with the last error instead of trying again.
+  Result<ContextPtr> checkout(Clock::time_point deadline);
+  // Returns a healthy connection to the pool.
+  void checkin(ContextPtr context);
+  // Records that a connection broke: the next checkout reconnects, with backoff if it fails.
+  void note_failure();
+
+  const ConnectSpec& spec() const { return spec_; }
+  // "127.0.0.1:7001" (or "[::1]:7001").
+  std::string address() const;
+
+ private:
+  ConnectSpec spec_;
+  std::mutex mu_;
+  std::vector<ContextPtr> idle_;      // GUARDED_BY(mu_)
+  Clock::time_point down_until_{};    // GUARDED_BY(mu_)
+  milliseconds backoff_{0};           // GUARDED_BY(mu_)
+  Status last_error_;                 // GUARDED_BY(mu_)
+};
+
+// One instance's part of a fan-out: commands to send (pipelined) and, after fan_out(), either
+// one reply per command or an error.
+struct InstanceCall {
+  Instance* instance = nullptr;
+  std::vector<const std::string*> commands;  // formatted with format_command
+  std::vector<Reply> replies;
+  Status error;  // not OK when the instance could not answer every command in time
+};
+
+// Sends every call's commands to its instance, then waits for all replies until `deadline`.
+void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline);
+
+}  // namespace fencelock::detail::redis

@@ -1,0 +1,476 @@
+#include "redis/redis_backend.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/quorum.h"
+#include "redis/connection.h"
+#include "redis/redis_keys.h"
+#include "redis/subscriber.h"
+#include "redis_scripts.h"
+
+namespace fencelock::detail {
+namespace redis {
+namespace {
+
+constexpr std::size_t kRenewChunk = 256;  // leases per renew script call (calls are pipelined)
+
+std::string evalsha(std::string_view sha, std::vector<std::string> keys, std::vector<std::string> args) {
+  std::vector<std::string> argv = {"EVALSHA", std::string(sha), std::to_string(keys.size())};
+  argv.insert(argv.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
+  argv.insert(argv.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+  return format_command(argv);
+}
+
+std::string_view text_of(const redisReply* r) { return {r->str, r->len}; }
+
+std::uint64_t parse_u64(std::string_view text) {
+  std::uint64_t v = 0;
+  std::from_chars(text.data(), text.data() + text.size(), v);
+  return v;
+}
+
+// An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's
+// SCRIPT LOAD is stale; drop pooled connections so the next one reloads.
+Status script_error(InstanceCall& call, const redisReply* r) {
+  std::string_view text = text_of(r);
+  if (text.substr(0, 8) == "NOSCRIPT") call.instance->note_failure();
+  return status_from_error_reply(text, call.instance->address());
+}
+
+// Per-instance outcome of round 1.
+struct Round1 {
+  std::vector<int> granted;              // instance indices
+  std::vector<std::uint64_t> counters;   // their counters
+  std::vector<long long> held_pttl;      // PTTL of the holder, per instance that refused
+  std::vector<Status> errors;            // per instance that did not answer properly
+};
+
+class RedlockBackend final : public Backend {
+ public:
+  RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description)
+      : options_(options),
+        description_(std::move(description)),
+        hub_(specs, options.connect_timeout) {
+    for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
+  }
+
+  std::vector<std::unique_ptr<Instance>>& instances() { return instances_; }
+
+  milliseconds min_ttl() const override { return milliseconds(10); }
+
+  TryResult try_acquire(const GrantRequest& req) override {
+    const Clock::time_point sent = Clock::now();
+    const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
+    const Clock::time_point io_deadline = std::min(sent + options_.io_timeout, validity);
+    const std::string& k = req.key.str();
+    const std::string owner = req.owner.hex();
+    std::string cmd = evalsha(lua::acquire_sha1, {lock_key(k), fence_key(k), holder_key(k)},
+                              {owner, std::to_string(req.ttl.count()), req.metadata});
+    auto calls = calls_to_all(&cmd);
+    fan_out(calls, io_deadline);
+    Round1 r1 = tally_round1(calls);
+
+    Status failure;
+    if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
+      std::optional<FencingToken> token = select_token(r1.counters);
+      Status confirmed = n() == 1 ? Status::Ok() : round2(req, owner, *token, r1.granted, validity);
+      if (confirmed.ok() && Clock::now() < validity) {
+        return TryResult{Status::Ok(), Grant{*token, validity}, milliseconds(0)};
+      }
+      failure = confirmed.ok() ? Status(Code::kDeadlineExceeded,
+                                        "acquiring took longer than the lease's validity; "
+                                        "use a longer TTL")
+                               : confirmed;
+    } else {
+      failure = round1_failure(r1, calls);
+    }
+    // Nothing may stay behind: release by owner id everywhere, including where the outcome is
+    // unknown (timeouts).
+    (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
+    milliseconds retry = failure.code() == Code::kLocked ? retry_after(r1) : milliseconds(0);
+    return TryResult{failure, std::nullopt, retry};
+  }
+
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key) override {
+    return hub_.watch(release_channel(key.str()));
+  }
+
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    std::vector<RenewOutcome> out(items.size());
+    if (items.empty()) return out;
+    const Clock::time_point sent = Clock::now();
+    std::vector<std::string> commands;
+    for (std::size_t start = 0; start < items.size(); start += kRenewChunk) {
+      std::vector<std::string> keys, args;
+      for (std::size_t i = start; i < std::min(items.size(), start + kRenewChunk); ++i) {
+        keys.push_back(lock_key(items[i].key->str()));
+        keys.push_back(holder_key(items[i].key->str()));
+        args.push_back(items[i].owner->hex());
+        args.push_back(std::to_string(items[i].ttl.count()));
+      }
+      commands.push_back(evalsha(lua::renew_sha1, std::move(keys), std::move(args)));
+    }
+    milliseconds shortest = items[0].ttl;
+    for (const auto& item : items) shortest = std::min(shortest, item.ttl);
+    std::vector<InstanceCall> calls = calls_to_all(nullptr);
+    for (auto& call : calls) {
+      for (const auto& c : commands) call.commands.push_back(&c);
+    }
+    fan_out(calls, std::min(sent + options_.io_timeout, sent + shortest - drift_allowance(shortest, options_.drift_factor)));
+    std::vector<int> confirmed(items.size()), rejected(items.size());
+    for (auto& call : calls) {
+      if (!call.error.ok()) continue;
+      for (std::size_t c = 0; c < call.replies.size(); ++c) {
+        const redisReply* r = call.replies[c].get();
+        if (r->type == REDIS_REPLY_ERROR) {
+          (void)script_error(call, r);
+          continue;
+        }
+        if (r->type != REDIS_REPLY_ARRAY) continue;
+        for (std::size_t j = 0; j < r->elements; ++j) {
+          std::size_t item = c * kRenewChunk + j;
+          if (item >= items.size()) break;
+          (r->element[j]->integer == 1 ? confirmed : rejected)[item]++;
+        }
+      }
+    }
+    Clock::time_point now = Clock::now();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      Clock::time_point valid = validity_deadline(sent, items[i].ttl, options_.drift_factor);
+      if (has_quorum(confirmed[i], n()) && now < valid) {
+        out[i] = {RenewOutcome::kRenewed, valid};
+      } else if (rejected[i] > n() - quorum(n())) {
+        out[i] = {RenewOutcome::kRejected, {}};
+      }
+    }
+    return out;
+  }
+
+  Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
+    const std::string& k = key.str();
+    std::string cmd = evalsha(lua::release_sha1, {lock_key(k), holder_key(k)}, {owner.hex(), release_channel(k)});
+    auto calls = calls_to_all(&cmd);
+    fan_out(calls, deadline);
+    int answered = 0;
+    std::string problems;
+    for (auto& call : calls) {
+      Status st = call.error;
+      if (st.ok() && call.replies[0]->type == REDIS_REPLY_ERROR) st = script_error(call, call.replies[0].get());
+      if (st.ok()) {
+        answered++;
+      } else {
+        problems += (problems.empty() ? "" : "; ") + st.message();
+      }
+    }
+    if (answered == n()) return Status::Ok();
+    return Status(Code::kUnavailable,
+                  fmt::format("released on {} of {} Redis instances; elsewhere the lock expires by "
+                              "its TTL ({})", answered, n(), problems));
+  }
+
+  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+    auto found = inspect_many({key.str()});
+    if (!found.ok()) return found.status();
+    if (found->empty()) return std::optional<HolderInfo>();
+    return std::optional<HolderInfo>(std::move(found->front()));
+  }
+
+  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+    std::set<std::string> names;
+    int answered = 0;
+    for (auto& instance : instances_) {
+      if (scan_instance(*instance, prefix, names)) answered++;
+    }
+    if (!has_quorum(answered, n())) {
+      return Status(Code::kUnavailable, fmt::format("only {} of {} Redis instances answered SCAN", answered, n()));
+    }
+    return inspect_many(std::vector<std::string>(names.begin(), names.end()));
+  }
+
+  std::string describe() const override { return description_; }
+
+ private:
+  int n() const { return static_cast<int>(instances_.size()); }
+
+  std::vector<InstanceCall> calls_to_all(const std::string* command) {
+    std::vector<InstanceCall> calls(instances_.size());
+    for (std::size_t i = 0; i < instances_.size(); ++i) {
+      calls[i].instance = instances_[i].get();
+      if (command) calls[i].commands.push_back(command);
+    }
+    return calls;
+  }
+
+  static Round1 tally_round1(std::vector<InstanceCall>& calls) {
+    Round1 r;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      InstanceCall& call = calls[i];
+      if (!call.error.ok()) {
+        r.errors.push_back(call.error);
+        continue;
+      }
+      const redisReply* reply = call.replies[0].get();
+      if (reply->type == REDIS_REPLY_ERROR) {
+        r.errors.push_back(script_error(call, reply));
+        continue;
+      }
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+        r.errors.push_back(Status(Code::kInternal, fmt::format("{}: unexpected reply to the acquire script",
+                                                               call.instance->address())));
+        continue;
+      }
+      long long flag = reply->element[0]->integer;
+      long long value = reply->element[1]->integer;
+      if (flag == 1) {
+        r.granted.push_back(static_cast<int>(i));
+        r.counters.push_back(static_cast<std::uint64_t>(value));
+      } else {
+        r.held_pttl.push_back(value);
+      }
+    }
+    return r;
+  }
+
+  // Round 2: raise the counter on the granting instances to the chosen token (max-register).
+  Status round2(const GrantRequest& req, const std::string& owner, FencingToken token,
+                const std::vector<int>& granted, Clock::time_point validity) {
+    const std::string& k = req.key.str();
+    std::string cmd = evalsha(lua::raise_fence_sha1, {lock_key(k), fence_key(k), holder_key(k)},
+                              {owner, std::to_string(token.value())});
+    std::vector<InstanceCall> calls(granted.size());
+    for (std::size_t i = 0; i < granted.size(); ++i) {
+      calls[i].instance = instances_[static_cast<std::size_t>(granted[i])].get();
+      calls[i].commands.push_back(&cmd);
+    }
+    fan_out(calls, validity);
+    int confirmed = 0;
+    for (auto& call : calls) {
+      if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER && call.replies[0]->integer == 1) {
+        confirmed++;
+      }
+    }
+    if (has_quorum(confirmed, n())) return Status::Ok();
+    return Status(Code::kDeadlineExceeded,
+                  fmt::format("only {} of {} instances confirmed the fencing token in time (round 2)",
+                              confirmed, n()));
+  }
+
+  Status round1_failure(const Round1& r, const std::vector<InstanceCall>& calls) const {
+    int answered = static_cast<int>(r.granted.size() + r.held_pttl.size());
+    for (const Status& e : r.errors) {
+      if (e.code() == Code::kUnauthenticated || e.code() == Code::kPermissionDenied ||
+          e.code() == Code::kInternal) {
+        return e;
+      }
+    }
+    if (has_quorum(answered, n())) {
+      return Status(Code::kLocked, n() == 1 ? "key is held by another owner"
+                                            : fmt::format("key is held by another owner on {} of {} instances",
+                                                          r.held_pttl.size(), n()));
+    }
+    bool timed_out = std::any_of(r.errors.begin(), r.errors.end(),
+                                 [](const Status& e) { return e.code() == Code::kDeadlineExceeded; });
+    std::string detail;
+    for (const Status& e : r.errors) detail += (detail.empty() ? "" : "; ") + e.message();
+    (void)calls;
+    if (n() == 1) {
+      return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
+                    timed_out ? detail + " (outcome unknown; released by owner id)" : detail);
+    }
+    return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
+                  fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})", answered,
+                              n(), quorum(n()), detail));
+  }
+
+  // When enough holders' keys will have expired for a majority to be possible again.
+  milliseconds retry_after(const Round1& r) const {
+    int free_now = static_cast<int>(r.granted.size());  // granted to us, and released since
+    int needed = quorum(n()) - free_now;
+    std::vector<long long> pttl = r.held_pttl;
+    std::sort(pttl.begin(), pttl.end());
+    if (needed <= 0 || pttl.empty()) return milliseconds(0);
+    long long wait = pttl[static_cast<std::size_t>(std::min<int>(needed, static_cast<int>(pttl.size())) - 1)];
+    if (wait < 0) wait = wait == -1 ? 1000 : 0;  // -1: a foreign holder without TTL; -2: just gone
+    return milliseconds(wait);
+  }
+
+  bool scan_instance(Instance& instance, std::string_view prefix, std::set<std::string>& names) {
+    std::string cursor = "0";
+    std::string pattern = "fencelock:{" + glob_escape(prefix) + "*}";
+    for (int rounds = 0; rounds < 100'000; ++rounds) {
+      std::string cmd = format_command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      std::vector<InstanceCall> calls(1);
+      calls[0].instance = &instance;
+      calls[0].commands.push_back(&cmd);
+      fan_out(calls, Clock::now() + options_.io_timeout);
+      if (!calls[0].error.ok()) return false;
+      const redisReply* r = calls[0].replies[0].get();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) return false;
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+        std::string name = key_from_lock_key(text_of(r->element[1]->element[i]));
+        if (!name.empty() && name.starts_with(prefix)) names.insert(name);
+      }
+      cursor = std::string(text_of(r->element[0]));
+      if (cursor == "0") return true;
+    }
+    return true;
+  }
+
+  // The majority holder of each key, if any (keys without one are left out).
+  Result<std::vector<HolderInfo>> inspect_many(const std::vector<std::string>& names) {
+    std::vector<std::string> commands;
+    commands.reserve(names.size());
+    for (const auto& k : names) commands.push_back(evalsha(lua::inspect_sha1, {lock_key(k), holder_key(k)}, {}));
+    auto calls = calls_to_all(nullptr);
+    for (auto& call : calls) {
+      for (const auto& c : commands) call.commands.push_back(&c);
+    }
+    fan_out(calls, Clock::now() + options_.io_timeout);
+    int answered = 0;
+    for (auto& call : calls) {
+      if (call.error.ok()) answered++;
+    }
+    if (!has_quorum(answered, n())) {
+      std::string detail;
+      for (auto& call : calls) {
+        if (!call.error.ok()) detail += (detail.empty() ? "" : "; ") + call.error.message();
+      }
+      Status first = calls[0].error;
+      for (auto& call : calls) {
+        if (call.error.code() == Code::kUnauthenticated) return call.error;
+      }
+      return Status(Code::kUnavailable, fmt::format("{} of {} Redis instances answered ({})", answered, n(), detail));
+    }
+    std::vector<HolderInfo> out;
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      struct Seen { int count = 0; long long pttl = 0; std::uint64_t token = 0; std::string meta; };
+      std::map<std::string, Seen> owners;
+      for (auto& call : calls) {
+        if (!call.error.ok()) continue;
+        const redisReply* r = call.replies[k].get();
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) continue;
+        Seen& s = owners[std::string(text_of(r->element[0]))];
+        long long pttl = r->element[1]->integer;
+        s.pttl = s.count == 0 ? pttl : std::min(s.pttl, pttl);
+        s.count++;
+        std::string_view info = text_of(r->element[2]);
+        auto space = info.find(' ');
+        std::uint64_t token = parse_u64(info.substr(0, space));
+        if (token >= s.token) {
+          s.token = token;
+          s.meta = space == std::string_view::npos ? "" : std::string(info.substr(space + 1));
+        }
+      }
+      for (auto& [owner, s] : owners) {
+        if (!has_quorum(s.count, n())) continue;
+        out.push_back(HolderInfo{names[k], owner.substr(0, 8), FencingToken(s.token),
+                                 milliseconds(std::max<long long>(s.pttl, 0)), s.meta});
+      }
+    }
+    return out;
+  }
+
+  const ClientOptions options_;
+  const std::string description_;
+  std::vector<std::unique_ptr<Instance>> instances_;
+  ReleaseHub hub_;
+};
+
+Result<int> parse_db(const std::string& path) {
+  if (path.empty()) return 0;
+  int db = -1;
+  auto [end, ec] = std::from_chars(path.data(), path.data() + path.size(), db);
+  if (ec != std::errc() || end != path.data() + path.size() || db < 0) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("malformed backend URI: database '{}' is not a number >= 0", path));
+  }
+  return db;
+}
+
+}  // namespace
+}  // namespace redis
+
+Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri, const ClientOptions& options) {
+  using namespace redis;
+  const bool redlock = uri.scheme == "redlock";
+  if (uri.endpoints.empty()) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("malformed backend URI: no host (e.g. {}://127.0.0.1:6379)", uri.scheme));
+  }
+  if (!redlock && uri.endpoints.size() != 1) {
+    return Status(Code::kInvalidArgument,
+                  "malformed backend URI: redis:// takes one host; use redlock://h1,h2,h3 for several");
+  }
+  for (std::size_t i = 0; i < uri.endpoints.size(); ++i) {
+    for (std::size_t j = i + 1; j < uri.endpoints.size(); ++j) {
+      if (uri.endpoints[i] == uri.endpoints[j]) {
+        return Status(Code::kInvalidArgument,
+                      fmt::format("malformed backend URI: instance {}:{} is listed twice (a majority "
+                                  "must be of distinct instances)",
+                                  uri.endpoints[i].host, uri.endpoints[i].port));
+      }
+    }
+  }
+  if (!uri.query.empty()) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("malformed backend URI: unknown option '{}'", uri.query.begin()->first));
+  }
+  auto db = parse_db(uri.path);
+  if (!db.ok()) return db.status();
+  if (options.drift_factor < 0 || options.drift_factor >= 0.5) {
+    return Status(Code::kInvalidArgument, "drift_factor must be in [0, 0.5)");
+  }
+
+  std::vector<ConnectSpec> specs;
+  for (const auto& ep : uri.endpoints) {
+    ConnectSpec spec;
+    spec.endpoint = ep;
+    spec.user = uri.user;
+    spec.password = uri.password;
+    spec.has_password = uri.has_password;
+    if (!spec.has_password) {
+      if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); env != nullptr) {
+        spec.password = env;
+        spec.has_password = true;
+      }
+    }
+    if (spec.user.empty()) {
+      if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); env != nullptr) spec.user = env;
+    }
+    spec.db = *db;
+    spec.connect_timeout = options.connect_timeout;
+    spec.scripts = {lua::acquire, lua::raise_fence, lua::renew, lua::release, lua::inspect};
+    specs.push_back(std::move(spec));
+  }
+  auto backend = std::make_unique<RedlockBackend>(specs, options, redact(uri));
+
+  // Connect now, so that bad credentials and dead servers are reported by connect().
+  int reachable = 0;
+  std::string problems;
+  for (auto& instance : backend->instances()) {
+    auto c = instance->checkout(Clock::now() + options.connect_timeout);
+    if (c.ok()) {
+      reachable++;
+      instance->checkin(std::move(*c));
+      continue;
+    }
+    if (c.code() == Code::kUnauthenticated || c.code() == Code::kPermissionDenied) return c.status();
+    problems += (problems.empty() ? "" : "; ") + c.status().message();
+  }
+  int n = static_cast<int>(specs.size());
+  if (!has_quorum(reachable, n)) {
+    if (n == 1) return Status(Code::kUnavailable, problems);
+    return Status(Code::kUnavailable,
+                  fmt::format("cannot reach a majority of the Redis instances ({} of {} answered, {} "
+                              "needed): {}", reachable, n, quorum(n), problems));
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace fencelock::detail
