@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>  // program_invocation_short_name (glibc)
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +14,6 @@ namespace fencelock::detail {
 std::string process_metadata() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  extern char* program_invocation_short_name;
   nlohmann::json meta = {{"host", host}, {"pid", getpid()}, {"program", program_invocation_short_name}};
   return meta.dump();
 }

@@ -20,6 +20,8 @@ struct Table {
     Clock::time_point expires_at{};
     std::string metadata;
     std::uint64_t releases = 0;
+    std::uint64_t attempts = 0;
+    std::uint64_t watchers = 0;
   };
 
   bool held(const Entry& e, Clock::time_point now) const { return !e.owner.empty() && e.expires_at > now; }
@@ -46,7 +48,13 @@ class MemoryWatch final : public ReleaseWatch {
  public:
   MemoryWatch(std::shared_ptr<Table> table, std::string key) : table_(std::move(table)), key_(std::move(key)) {
     std::lock_guard lock(table_->mu);
-    seen_ = table_->entries[key_].releases;
+    auto& entry = table_->entries[key_];
+    seen_ = entry.releases;
+    entry.watchers++;
+  }
+  ~MemoryWatch() override {
+    std::lock_guard lock(table_->mu);
+    table_->entries[key_].watchers--;
   }
 
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
@@ -74,6 +82,7 @@ class MemoryBackend final : public Backend {
     Clock::time_point sent = Clock::now();
     std::lock_guard lock(table_->mu);
     auto& e = table_->entries[request.key.str()];
+    e.attempts++;
     if (table_->held(e, sent)) {
       auto left = std::chrono::ceil<milliseconds>(e.expires_at - sent);
       return TryResult{Status(Code::kLocked, "key is held by another owner"), std::nullopt, left};
@@ -154,6 +163,14 @@ class MemoryBackend final : public Backend {
 };
 
 }  // namespace
+
+MemoryStats memory_stats(const std::string& name, const std::string& key) {
+  auto table = table_named(name);
+  std::lock_guard lock(table->mu);
+  auto it = table->entries.find(key);
+  if (it == table->entries.end()) return {};
+  return MemoryStats{it->second.attempts, it->second.watchers};
+}
 
 Result<std::unique_ptr<Backend>> make_memory_backend(const ParsedUri& uri) {
   if (uri.endpoints.size() > 1 || !uri.path.empty()) {

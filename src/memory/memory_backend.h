@@ -14,4 +14,12 @@ namespace fencelock::detail {
 
 Result<std::unique_ptr<Backend>> make_memory_backend(const ParsedUri& uri);
 
+// What a server would let an operator observe, for tests: acquisition attempts on `key` of the
+// table `name`, and the number of release watches currently registered on it.
+struct MemoryStats {
+  std::uint64_t attempts = 0;
+  std::uint64_t watchers = 0;
+};
+MemoryStats memory_stats(const std::string& name, const std::string& key);
+
 }  // namespace fencelock::detail

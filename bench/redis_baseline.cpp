@@ -1,0 +1,89 @@
+#include "redis_baseline.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "redis/connection.h"
+#include "redis/redis_keys.h"
+#include "redis_scripts.h"
+
+namespace fencelock::bench {
+
+using detail::redis::format_command;
+namespace keys = detail::redis;
+namespace lua = detail::lua;
+
+std::vector<std::string> endpoints_of(const std::string& uri) {
+  auto sep = uri.find("://");
+  std::string rest = uri.substr(sep + 3);
+  rest = rest.substr(0, rest.find('/'));
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= rest.size()) {
+    auto comma = rest.find(',', start);
+    out.push_back(rest.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+RedisBaseline::RedisBaseline(const std::vector<std::string>& endpoints) {
+  for (const auto& ep : endpoints) {
+    auto colon = ep.rfind(':');
+    redisContext* c = redisConnect(ep.substr(0, colon).c_str(), std::stoi(ep.substr(colon + 1)));
+    if (c == nullptr || c->err) throw std::runtime_error("baseline cannot connect to " + ep);
+    for (std::string_view script : {lua::acquire, lua::raise_fence, lua::release}) {
+      std::string body(script);
+      freeReplyObject(redisCommand(c, "SCRIPT LOAD %b", body.data(), body.size()));
+    }
+    contexts_.push_back(c);
+  }
+}
+
+RedisBaseline::~RedisBaseline() {
+  for (auto* c : contexts_) redisFree(c);
+}
+
+std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContext*>& targets,
+                                                   const std::string& command) {
+  for (auto* c : targets) redisAppendFormattedCommand(c, command.data(), command.size());
+  std::vector<redisReply*> replies;
+  for (auto* c : targets) {
+    void* reply = nullptr;
+    if (redisGetReply(c, &reply) != REDIS_OK) throw std::runtime_error("baseline lost a connection");
+    replies.push_back(static_cast<redisReply*>(reply));
+  }
+  return replies;
+}
+
+bool RedisBaseline::cycle(const std::string& key) {
+  std::string owner = fmt::format("{:032x}", ++counter_);
+  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "3", keys::lock_key(key),
+                                        keys::fence_key(key), keys::holder_key(key), owner, "10000", "{}"});
+  std::vector<redisContext*> granted;
+  long long token = 0;
+  auto replies = everywhere(contexts_, acquire);
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    redisReply* r = replies[i];
+    if (r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1) {
+      granted.push_back(contexts_[i]);
+      token = std::max(token, r->element[1]->integer);
+    }
+    freeReplyObject(r);
+  }
+  bool ok = granted.size() * 2 > contexts_.size();
+  if (ok && contexts_.size() > 1) {
+    std::string raise = format_command({"EVALSHA", std::string(lua::raise_fence_sha1), "3", keys::lock_key(key),
+                                        keys::fence_key(key), keys::holder_key(key), owner,
+                                        std::to_string(token)});
+    for (auto* r : everywhere(granted, raise)) freeReplyObject(r);
+  }
+  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "2", keys::lock_key(key),
+                                        keys::holder_key(key), owner, keys::release_channel(key)});
+  for (auto* r : everywhere(contexts_, release)) freeReplyObject(r);
+  return ok;
+}
+
+}  // namespace fencelock::bench

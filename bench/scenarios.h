@@ -1,0 +1,32 @@
+// Benchmark scenarios. Each returns its numbers as JSON (one object per result line) and prints a
+// human-readable table row; library and baseline are measured interleaved in the same run.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fencelock::bench {
+
+struct UncontendedConfig {
+  std::string label;  // "redis", "redlock"
+  std::string uri;
+  std::chrono::milliseconds duration{5000};
+  int batch = 200;  // cycles per side before switching (interleaving)
+};
+// Acquire+release cycles of the library next to the bare-hiredis baseline.
+nlohmann::json run_uncontended(const UncontendedConfig& config);
+
+struct ContendedConfig {
+  std::string label;
+  std::string uri;
+  int workers = 8;
+  std::chrono::microseconds critical_section{1000};
+  std::chrono::milliseconds duration{5000};
+  double uncontended_cycle_us = 0;  // from run_uncontended, for the target
+};
+// W workers, one Client each, one key.
+nlohmann::json run_contended(const ContendedConfig& config);
+
+}  // namespace fencelock::bench

@@ -1,0 +1,434 @@
+// The conformance suite: every guarantee of DESIGN.md section 1, checked against every backend
+// through the public API only. Each test is named after the guarantee it checks.
+//
+// Backends: memory://, redis:// (one real redis-server), redlock:// (three real redis-servers).
+// A backend joins by adding its harness tag to Backends below; the cases never change.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "conformance/harness.h"
+#include "core/client_core.h"
+#include "fencelock/client.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Waits (bounded) for a condition observed from outside, e.g. on the server.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+  auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+// Records when a lease's lost() fired, and lets a test wait for it.
+class LostProbe {
+ public:
+  explicit LostProbe(Lease& lease) {
+    lease.on_lost([this] {
+      std::lock_guard lock(mu_);
+      fired_at_ = Clock::now();
+      cv_.notify_all();
+    });
+  }
+  bool wait(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return fired_at_.has_value(); });
+  }
+  std::optional<Clock::time_point> fired_at() {
+    std::lock_guard lock(mu_);
+    return fired_at_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Clock::time_point> fired_at_;
+};
+
+template <typename Tag>
+class Conformance : public ::testing::Test {
+ protected:
+  void SetUp() override { harness_ = Tag::make(); }
+
+  Client connect(ClientOptions options = {}) {
+    auto client = Client::connect(harness_->uri(), options);
+    if (!client.ok()) throw std::runtime_error("connect failed: " + client.status().to_string());
+    return std::move(*client);
+  }
+  static LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+  std::unique_ptr<Harness> harness_;
+};
+
+struct BackendNames {
+  template <typename T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, MemoryBackendTag>) return "memory";
+    if (std::is_same_v<T, RedisBackendTag>) return "redis";
+    if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
+    return "unknown";
+  }
+};
+
+using Backends = ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag>;
+TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
+
+// --- the Lease contract ----------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Contract_GrantCarriesKeyOwnerNonZeroTokenAndFutureValidity) {
+  Client client = this->connect();
+  auto before = Clock::now();
+  auto lease = client.acquire(this->key("contract"), {.ttl = 5s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(lease->key().str(), "contract");
+  EXPECT_EQ(lease->owner().hex().size(), 32u);
+  EXPECT_GT(lease->token().value(), 0u);
+  EXPECT_GT(lease->valid_until(), Clock::now());
+  EXPECT_LE(lease->valid_until(), before + 5s);  // drift allowance and elapsed time subtracted
+  EXPECT_FALSE(lease->is_lost());
+}
+
+TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
+  Client client = this->connect();
+  auto k = this->key("invalid");
+  EXPECT_EQ(client.acquire(k, {.ttl = 0ms}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = -5s}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = 1ms}).code(), Code::kInvalidArgument);  // below every minimum
+  EXPECT_EQ(client.acquire(k, {.ttl = 5s, .wait = -1ms}).code(), Code::kInvalidArgument);
+  auto holder = client.inspect(k);
+  ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  EXPECT_FALSE(holder->has_value());
+}
+
+// --- 1. Fencing ------------------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Fencing_TokensStrictlyIncreaseAcross1000GrantsFromSeveralClients) {
+  std::vector<Client> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(this->connect());
+  auto k = this->key("fencing/sequential");
+  std::uint64_t last = 0;
+  for (int i = 0; i < 1000; ++i) {
+    auto lease = clients[static_cast<std::size_t>(i % 4)].acquire(k, {.ttl = 10s, .renew = false});
+    ASSERT_TRUE(lease.ok()) << "grant " << i << ": " << lease.status().to_string();
+    ASSERT_GT(lease->token().value(), last) << "grant " << i;
+    last = lease->token().value();
+    ASSERT_TRUE(lease->release().ok());
+  }
+}
+
+TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
+  constexpr int kClients = 4, kGrantsEach = 15;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
+  auto k = this->key("fencing/contended");
+  std::mutex mu;
+  std::vector<std::uint64_t> order;  // tokens in the order the critical sections ran
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < kGrantsEach; ++i) {
+        auto lease = clients[static_cast<std::size_t>(c)].acquire(k, {.ttl = 5s, .wait = 30s});
+        if (!lease.ok()) {
+          failures++;
+          continue;
+        }
+        {
+          std::lock_guard lock(mu);
+          order.push_back(lease->token().value());
+        }
+        (void)lease->release();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kClients * kGrantsEach));
+  for (std::size_t i = 1; i < order.size(); ++i) EXPECT_GT(order[i], order[i - 1]) << "at " << i;
+}
+
+// --- 2. Mutual exclusion while valid ----------------------------------------------------------
+
+TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid) {
+  Client a = this->connect(), b = this->connect();
+  auto k = this->key("mutex/simple");
+  auto held = a.acquire(k, {.ttl = 10s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  auto second = b.acquire(k, {.ttl = 10s});
+  EXPECT_EQ(second.code(), Code::kLocked) << second.status().to_string();
+  auto same_client = a.acquire(k, {.ttl = 10s});  // not re-entrant: a second grant is a second holder
+  EXPECT_EQ(same_client.code(), Code::kLocked);
+}
+
+TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention) {
+  constexpr int kClients = 4, kThreadsPerClient = 2, kGrantsEach = 8;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
+  auto k = this->key("mutex/contended");
+  std::atomic<int> inside{0}, overlaps{0}, grants{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    for (int t = 0; t < kThreadsPerClient; ++t) {
+      threads.emplace_back([&, c] {
+        for (int i = 0; i < kGrantsEach; ++i) {
+          auto lease = clients[static_cast<std::size_t>(c)].acquire(k, {.ttl = 5s, .wait = 30s});
+          if (!lease.ok()) continue;
+          grants++;
+          if (inside.fetch_add(1) != 0) overlaps++;
+          std::this_thread::sleep_for(1ms);  // the critical section's work
+          if (lease->is_lost() || lease->valid_until() <= Clock::now()) overlaps++;
+          inside.fetch_sub(1);
+          (void)lease->release();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(grants.load(), kClients * kThreadsPerClient * kGrantsEach);
+}
+
+// --- 3. Liveness -----------------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Liveness_AHolderThatVanishesWithoutReleasingFreesTheKeyWithinItsTtl) {
+  Client crashing = this->connect({.release_timeout = 0ms});  // its leases die without a release
+  Client other = this->connect();
+  auto k = this->key("liveness");
+  {
+    auto lease = crashing.acquire(k, {.ttl = 400ms});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  }  // gone: no release, no renewal
+  EXPECT_EQ(other.acquire(k, {.ttl = 5s}).code(), Code::kLocked);
+  auto start = Clock::now();
+  auto lease = other.acquire(k, {.ttl = 5s, .wait = 10s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_LT(Clock::now() - start, 5s);  // freed by its TTL (400 ms), not by anything slower
+}
+
+// --- 4. Loss is signalled --------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClientIsGranted) {
+  Client holder = this->connect(), other = this->connect();
+  auto k = this->key("loss/paused");
+  auto lease = holder.acquire(k, {.ttl = 600ms});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  LostProbe probe(*lease);
+  auto validity = lease->valid_until();
+  detail::ClientAccess::core(holder).renewer().pause_renewals_for_testing(true);  // "GC pause"
+  auto next = other.acquire(k, {.ttl = 5s, .wait = 10s});
+  auto granted_at = Clock::now();
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  auto fired = probe.fired_at();
+  ASSERT_TRUE(fired.has_value()) << "another client was granted while the holder was not told";
+  EXPECT_LE(*fired, granted_at);
+  EXPECT_LE(*fired, validity);
+  EXPECT_GT(next->token(), lease->token());
+}
+
+TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidity) {
+  Client client = this->connect();
+  auto lease = client.acquire(this->key("loss/norenew"), {.ttl = 300ms, .renew = false});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  LostProbe probe(*lease);
+  ASSERT_TRUE(probe.wait(5s));
+  EXPECT_LE(*probe.fired_at(), lease->valid_until());
+  EXPECT_TRUE(lease->lost().stop_requested());
+}
+
+TYPED_TEST(Conformance, Loss_RenewalKeepsTheLeaseValidPastItsTtl) {
+  Client holder = this->connect(), other = this->connect();
+  auto k = this->key("loss/renewed");
+  auto lease = holder.acquire(k, {.ttl = 300ms});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  auto first = lease->valid_until();
+  // Two renewals later the validity has moved a whole TTL past the first one.
+  ASSERT_TRUE(eventually([&] { return lease->valid_until() > first + 300ms; }, 10s));
+  EXPECT_FALSE(lease->is_lost());
+  EXPECT_EQ(other.acquire(k, {.ttl = 5s}).code(), Code::kLocked);
+}
+
+// --- 5. Nothing leaks; release ---------------------------------------------------------------
+
+TYPED_TEST(Conformance, Release_FreesTheKeyAtOnceAndFiresLost) {
+  Client a = this->connect(), b = this->connect();
+  auto k = this->key("release/explicit");
+  auto lease = a.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  EXPECT_TRUE(lease->release().ok());
+  EXPECT_TRUE(lease->is_lost());
+  EXPECT_TRUE(lease->release().ok());  // idempotent
+  auto next = b.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+}
+
+TYPED_TEST(Conformance, Release_TheDestructorReleasesAndAMovedFromLeaseReleasesNothing) {
+  Client a = this->connect(), b = this->connect();
+  auto k = this->key("release/raii");
+  {
+    auto lease = a.acquire(k, {.ttl = 30s});
+    ASSERT_TRUE(lease.ok());
+    Lease moved = std::move(*lease);
+    EXPECT_EQ(b.acquire(k, {.ttl = 30s}).code(), Code::kLocked);
+  }
+  EXPECT_TRUE(b.acquire(k, {.ttl = 30s}).ok());
+}
+
+TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
+  Client a = this->connect(), b = this->connect();
+  std::string name = "wait/event";
+  auto k = this->key(name);
+  auto lease = a.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
+  ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
+  long long before = this->harness_->acquire_attempts(name);
+  // Hold on for a while: a polling waiter would try many times in this window.
+  std::this_thread::sleep_for(1s);
+  long long during = this->harness_->acquire_attempts(name) - before;
+  auto released_at = Clock::now();
+  ASSERT_TRUE(lease->release().ok());
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().to_string();
+  // The holder's TTL (30 s) exceeds the wait (20 s): only the release event can explain a grant.
+  EXPECT_LT(Clock::now() - released_at, 5s);
+  // At most the waiter's re-try right after subscribing can fall in the window.
+  EXPECT_LE(during, 1) << "the waiter polled the server while the lock was held";
+  // That re-try, the release, and the winning try (with Redlock's round 2): no more.
+  EXPECT_LE(this->harness_->acquire_attempts(name) - before, 4);
+}
+
+TYPED_TEST(Conformance, Wait_ExpiresWithLockedAndLeavesNothingBehind) {
+  Client a = this->connect(), b = this->connect();
+  auto k = this->key("wait/timeout");
+  auto lease = a.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  auto start = Clock::now();
+  auto waited = b.acquire(k, {.ttl = 30s, .wait = 300ms});
+  EXPECT_EQ(waited.code(), Code::kLocked) << waited.status().to_string();
+  EXPECT_GE(Clock::now() - start, 300ms);
+  auto holder = b.inspect(k);
+  ASSERT_TRUE(holder.ok() && holder->has_value());
+  EXPECT_EQ((*holder)->owner_prefix, lease->owner().short_hex());
+}
+
+TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
+  Client a = this->connect(), b = this->connect();
+  std::string name = "wait/cancel";
+  auto k = this->key(name);
+  auto lease = a.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  std::stop_source cancel;
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 30s, .stop = cancel.get_token()})); });
+  ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
+  auto cancelled_at = Clock::now();
+  cancel.request_stop();
+  waiter.join();
+  EXPECT_LT(Clock::now() - cancelled_at, 5s);
+  EXPECT_EQ(waited->code(), Code::kCancelled);
+  ASSERT_TRUE(lease->release().ok());
+  auto holder = b.inspect(k);
+  ASSERT_TRUE(holder.ok());
+  EXPECT_FALSE(holder->has_value()) << "the cancelled waiter left a lock behind";
+  std::stop_source already;
+  already.request_stop();
+  EXPECT_EQ(b.acquire(k, {.ttl = 30s, .stop = already.get_token()}).code(), Code::kCancelled);
+}
+
+TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter) {
+  constexpr int kThreads = 8;
+  Client holder = this->connect(), waiters = this->connect();
+  std::string name = "wait/coalesced";
+  auto k = this->key(name);
+  auto lease = holder.acquire(k, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  std::mutex mu;
+  std::vector<std::uint64_t> tokens;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      auto mine = waiters.acquire(k, {.ttl = 10s, .wait = 30s});
+      if (!mine.ok()) return;
+      std::lock_guard lock(mu);
+      tokens.push_back(mine->token().value());
+    });
+  }
+  auto& queue = detail::ClientAccess::core(waiters).queue();
+  ASSERT_TRUE(eventually([&] { return queue.waiting(name) == kThreads; }));
+  ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
+  EXPECT_EQ(this->harness_->server_waiters(name), 1);
+  ASSERT_TRUE(lease->release().ok());
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kThreads));
+  for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
+}
+
+// --- inspection ------------------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
+  Client client = this->connect();
+  auto a = client.acquire(this->key("jobs/a"), {.ttl = 30s});
+  auto b = client.acquire(this->key("jobs/b"), {.ttl = 30s});
+  auto other = client.acquire(this->key("other"), {.ttl = 30s});
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  auto holder = client.inspect(this->key("jobs/a"));
+  ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
+  EXPECT_EQ((*holder)->key, "jobs/a");
+  EXPECT_EQ((*holder)->owner_prefix, a->owner().short_hex());
+  EXPECT_EQ((*holder)->token, a->token());
+  EXPECT_GT((*holder)->ttl_remaining, 0ms);
+  EXPECT_LE((*holder)->ttl_remaining, 30s);
+  EXPECT_NE((*holder)->metadata.find("\"pid\""), std::string::npos) << (*holder)->metadata;
+
+  auto jobs = client.list("jobs/");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].key, "jobs/a");
+  EXPECT_EQ((*jobs)[1].key, "jobs/b");
+  auto all = client.list();
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 3u);
+  ASSERT_TRUE(b->release().ok());
+  jobs = client.list("jobs/");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ(jobs->size(), 1u);
+  auto freed = client.inspect(this->key("jobs/b"));
+  ASSERT_TRUE(freed.ok());
+  EXPECT_FALSE(freed->has_value());
+}
+
+TYPED_TEST(Conformance, Keys_AnyBytesButNulWorkAndDoNotCollide) {
+  Client client = this->connect();
+  std::vector<std::string> names = {"a}b", "{a}", "a*", "a?[x]", "with space", "ünïcode",
+                                    std::string(512, 'k'), "a", "a:fence", "a}:fence"};
+  std::vector<Lease> held;
+  for (const auto& name : names) {
+    auto lease = client.acquire(this->key(name), {.ttl = 30s});
+    ASSERT_TRUE(lease.ok()) << name << ": " << lease.status().to_string();
+    held.push_back(std::move(*lease));
+  }
+  auto all = client.list();
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(all->size(), names.size());
+  auto star = client.list("a*");
+  ASSERT_TRUE(star.ok());
+  ASSERT_EQ(star->size(), 1u);  // a literal '*', not a glob
+  EXPECT_EQ((*star)[0].key, "a*");
+}
+
+}  // namespace
+}  // namespace fencelock::testing

@@ -1,0 +1,66 @@
+#include "conformance/harness.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "memory/memory_backend.h"
+#include "redis/redis_keys.h"
+#include "support/redis_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+class MemoryHarness final : public Harness {
+ public:
+  MemoryHarness() {
+    static std::atomic<int> next{0};
+    name_ = fmt::format("conformance{}", next++);
+  }
+  std::string uri() override { return "memory://" + name_; }
+  long long acquire_attempts(const std::string& key) override {
+    return static_cast<long long>(detail::memory_stats(name_, key).attempts);
+  }
+  long long server_waiters(const std::string& key) override {
+    return static_cast<long long>(detail::memory_stats(name_, key).watchers);
+  }
+
+ private:
+  std::string name_;
+};
+
+// Redis counts script calls per command name, not per key: tests using these counters keep
+// everything else quiet while they measure (one key, renewal far away).
+class RedisHarness final : public Harness {
+ public:
+  explicit RedisHarness(int n) : cluster_(RedisCluster::start(n)) {}
+  std::string uri() override {
+    return cluster_->size() == 1 ? (*cluster_)[0].uri() : cluster_->redlock_uri();
+  }
+  long long acquire_attempts(const std::string&) override {
+    long long most = 0;
+    for (int i = 0; i < cluster_->size(); ++i) most = std::max(most, (*cluster_)[i].command_count("evalsha"));
+    return most;
+  }
+  long long server_waiters(const std::string& key) override {
+    long long most = 0;
+    for (int i = 0; i < cluster_->size(); ++i) {
+      std::string reply = (*cluster_)[i].command({"PUBSUB", "NUMSUB", detail::redis::release_channel(key)});
+      // "channel\nCOUNT"
+      most = std::max(most, std::atoll(reply.substr(reply.rfind('\n') + 1).c_str()));
+    }
+    return most;
+  }
+
+ private:
+  std::unique_ptr<RedisCluster> cluster_;
+};
+
+}  // namespace
+
+std::unique_ptr<Harness> make_memory_harness() { return std::make_unique<MemoryHarness>(); }
+std::unique_ptr<Harness> make_redis_harness() { return std::make_unique<RedisHarness>(1); }
+std::unique_ptr<Harness> make_redlock_harness() { return std::make_unique<RedisHarness>(3); }
+
+}  // namespace fencelock::testing

@@ -1,0 +1,39 @@
+// Backend harnesses for the conformance suite: one per backend, each giving a fresh, isolated
+// lock service per test and the few server-side observations the suite needs.
+//
+// A new backend joins the suite by adding a harness here and its type to kBackends in
+// conformance_test.cpp; the test cases do not change.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace fencelock::testing {
+
+class Harness {
+ public:
+  virtual ~Harness() = default;
+  // URI of this test's own lock service.
+  virtual std::string uri() = 0;
+  // Lock-acquisition attempts the server(s) received for `key` so far (each instance counted
+  // once per attempt; an upper bound is fine as long as polling would exceed it).
+  virtual long long acquire_attempts(const std::string& key) = 0;
+  // Waiters the server currently knows about for `key` (subscriptions, watches).
+  virtual long long server_waiters(const std::string& key) = 0;
+};
+
+std::unique_ptr<Harness> make_memory_harness();
+std::unique_ptr<Harness> make_redis_harness();    // one redis-server
+std::unique_ptr<Harness> make_redlock_harness();  // three independent redis-servers
+
+struct MemoryBackendTag {
+  static std::unique_ptr<Harness> make() { return make_memory_harness(); }
+};
+struct RedisBackendTag {
+  static std::unique_ptr<Harness> make() { return make_redis_harness(); }
+};
+struct RedlockBackendTag {
+  static std::unique_ptr<Harness> make() { return make_redlock_harness(); }
+};
+
+}  // namespace fencelock::testing

@@ -1,0 +1,202 @@
+// Redis and Redlock against real redis-server processes: instance faults, the round-2 fencing
+// write-back, credentials, database selection and bad input. The backend-neutral guarantees are
+// in conformance_test.cpp.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/client_core.h"
+#include "fencelock/client.h"
+#include "redis/redis_keys.h"
+#include "support/process.h"
+#include "support/redis_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using detail::redis::fence_key;
+using detail::redis::lock_key;
+
+LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+Client connect_or_throw(const std::string& uri, ClientOptions options = {}) {
+  auto client = Client::connect(uri, options);
+  if (!client.ok()) throw std::runtime_error(client.status().to_string());
+  return std::move(*client);
+}
+
+bool has_lock_key(RedisServer& server, std::string_view name) {
+  return server.command({"EXISTS", lock_key(name)}) == "1";
+}
+
+class RedlockFaults : public ::testing::Test {
+ protected:
+  void SetUp() override { cluster_ = RedisCluster::start(3); }
+  std::unique_ptr<RedisCluster> cluster_;
+};
+
+TEST_F(RedlockFaults, OneOfThreeInstancesDownStillGrantsAndRenews) {
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  (*cluster_)[2].kill();
+  auto lease = client.acquire(key("one-down"), {.ttl = 300ms});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_TRUE(has_lock_key((*cluster_)[0], "one-down"));
+  EXPECT_TRUE(has_lock_key((*cluster_)[1], "one-down"));
+  auto first = lease->valid_until();
+  auto until = Clock::now() + 10s;
+  while (lease->valid_until() <= first + 300ms && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_GT(lease->valid_until(), first + 300ms) << "renewal on the 2 live instances failed";
+  EXPECT_FALSE(lease->is_lost());
+}
+
+TEST_F(RedlockFaults, TwoOfThreeDownFailsUnavailableAndLeavesNoLockOnTheSurvivor) {
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  (*cluster_)[1].kill();
+  (*cluster_)[2].kill();
+  auto lease = client.acquire(key("two-down"), {.ttl = 10s});
+  ASSERT_EQ(lease.code(), Code::kUnavailable) << lease.status().to_string();
+  EXPECT_NE(lease.status().message().find("no quorum"), std::string::npos) << lease.status().message();
+  EXPECT_FALSE(has_lock_key((*cluster_)[0], "two-down")) << "a half-acquired lock was left behind";
+}
+
+TEST_F(RedlockFaults, ConnectFailsUnavailableWhenNoMajorityAnswers) {
+  (*cluster_)[0].kill();
+  (*cluster_)[1].kill();
+  auto client = Client::connect(cluster_->redlock_uri());
+  ASSERT_EQ(client.code(), Code::kUnavailable);
+  EXPECT_NE(client.status().message().find((*cluster_)[0].address()), std::string::npos)
+      << client.status().message();
+}
+
+TEST_F(RedlockFaults, ARestartedInstanceRejoinsTheQuorum) {
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  (*cluster_)[0].kill();
+  ASSERT_TRUE(client.acquire(key("rejoin-a"), {.ttl = 5s}).ok());
+  (*cluster_)[0].restart();
+  (*cluster_)[1].kill();
+  // Instance 0 is back (after the reconnect backoff): {0, 2} is a majority again.
+  std::optional<Result<Lease>> lease;
+  auto until = Clock::now() + 10s;
+  do {
+    lease.emplace(client.acquire(key("rejoin-b"), {.ttl = 5s}));
+  } while (!lease->ok() && Clock::now() < until && (std::this_thread::sleep_for(20ms), true));
+  ASSERT_TRUE(lease->ok()) << lease->status().to_string();
+  EXPECT_TRUE(has_lock_key((*cluster_)[0], "rejoin-b"));
+}
+
+// The round-2 argument on real servers: instance 0's counter runs far ahead; a grant through a
+// majority that includes 0 takes its counter, and round 2 raises the counters of the others, so
+// a later grant through a majority without instance 0 still gets a larger token.
+TEST_F(RedlockFaults, Round2RaisesTheMajorityCountersSoTokensSurviveAChangeOfMajority) {
+  (*cluster_)[0].command({"SET", fence_key("r2"), "100"});
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  auto first = client.acquire(key("r2"), {.ttl = 10s});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->token().value(), 101u);
+  EXPECT_EQ((*cluster_)[1].command({"GET", fence_key("r2")}), "101");
+  EXPECT_EQ((*cluster_)[2].command({"GET", fence_key("r2")}), "101");
+  ASSERT_TRUE(first->release().ok());
+  (*cluster_)[0].kill();
+  auto second = client.acquire(key("r2"), {.ttl = 10s});
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_GT(second->token(), first->token());
+}
+
+TEST_F(RedlockFaults, AForeignRedlockHolderExcludesUsAndIsShownByInspect) {
+  for (int i = 0; i < 3; ++i) {
+    (*cluster_)[i].command({"SET", lock_key("foreign"), "someone-elses-random-value", "NX", "PX", "30000"});
+  }
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  EXPECT_EQ(client.acquire(key("foreign"), {.ttl = 5s}).code(), Code::kLocked);
+  auto holder = client.inspect(key("foreign"));
+  ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
+  EXPECT_EQ((*holder)->owner_prefix, "someone-");
+  EXPECT_EQ((*holder)->token.value(), 0u);  // a foreign client issues no token
+}
+
+TEST(RedisFaults, AServerKilledUnderAHeldLeaseFiresLostInTime) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri(), {.io_timeout = 200ms});
+  auto lease = client.acquire(key("killed"), {.ttl = 600ms});
+  ASSERT_TRUE(lease.ok());
+  auto validity = lease->valid_until();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Clock::time_point> fired;
+  lease->on_lost([&] {
+    std::lock_guard lock(mu);
+    fired = Clock::now();
+    cv.notify_all();
+  });
+  server->kill();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return fired.has_value(); }));
+  }
+  EXPECT_LE(*fired, validity);
+  EXPECT_FALSE(lease->release().ok());  // the server is gone: says so instead of pretending
+  auto again = client.acquire(key("killed"), {.ttl = 5s});
+  EXPECT_EQ(again.code(), Code::kUnavailable) << again.status().to_string();
+}
+
+TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri(), {.io_timeout = 200ms});
+  server->pause();
+  auto start = Clock::now();
+  auto lease = client.acquire(key("paused"), {.ttl = 2s});
+  auto took = Clock::now() - start;
+  server->resume();
+  EXPECT_EQ(lease.code(), Code::kDeadlineExceeded) << lease.status().to_string();
+  EXPECT_LT(took, 2s);
+}
+
+TEST(RedisAuth, WrongOrMissingPasswordIsUnauthenticatedAndNeverEchoed) {
+  auto server = RedisServer::start({.password = "right-pw"});
+  std::string base = "127.0.0.1:" + std::to_string(server->port());
+  auto wrong = Client::connect("redis://:wrong-pw-123@" + base);
+  ASSERT_EQ(wrong.code(), Code::kUnauthenticated) << wrong.status().to_string();
+  EXPECT_EQ(wrong.status().message().find("wrong-pw-123"), std::string::npos);
+  EXPECT_EQ(Client::connect("redis://" + base).code(), Code::kUnauthenticated);
+  Client good = connect_or_throw("redis://:right-pw@" + base);
+  EXPECT_EQ(good.describe().find("right-pw"), std::string::npos);
+  EXPECT_TRUE(good.acquire(key("auth"), {.ttl = 5s}).ok());
+}
+
+TEST(RedisAuth, AclUserAndPasswordLogIn) {
+  auto server = RedisServer::start({.acl_user = "locker", .acl_password = "acl-pw"});
+  std::string base = "127.0.0.1:" + std::to_string(server->port());
+  Client client = connect_or_throw("redis://locker:acl-pw@" + base);
+  EXPECT_TRUE(client.acquire(key("acl"), {.ttl = 5s}).ok());
+  EXPECT_EQ(Client::connect("redis://locker:nope@" + base).code(), Code::kUnauthenticated);
+}
+
+TEST(RedisUri, TheDatabaseNumberSelectsTheDatabase) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri() + "/3");
+  auto lease = client.acquire(key("db3"), {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  EXPECT_FALSE(has_lock_key(*server, "db3"));  // not in db 0
+  EXPECT_NE(server->command({"INFO", "keyspace"}).find("db3:keys="), std::string::npos);
+}
+
+TEST(RedisUri, MalformedOrUnreachableBackendsGiveClearErrors) {
+  for (const char* uri : {"redis//127.0.0.1:6379", "redis://", "redis://127.0.0.1:0",
+                          "redis://127.0.0.1:99999", "redis://127.0.0.1:6379/x",
+                          "redis://a:1,b:2", "redlock://127.0.0.1:1,127.0.0.1:1",
+                          "redis://127.0.0.1:6379?bogus=1", "nosuch://x"}) {
+    auto client = Client::connect(uri);
+    EXPECT_EQ(client.code(), Code::kInvalidArgument) << uri << " -> " << client.status().to_string();
+  }
+  auto port = free_loopback_port();
+  auto unreachable = Client::connect("redis://127.0.0.1:" + std::to_string(port));
+  EXPECT_EQ(unreachable.code(), Code::kUnavailable);
+  EXPECT_NE(unreachable.status().message().find("cannot connect"), std::string::npos)
+      << unreachable.status().message();
+}
+
+}  // namespace
+}  // namespace fencelock::testing
