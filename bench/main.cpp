@@ -1,7 +1,7 @@
 // fencelock_bench: measures fencelock next to a bare-protocol baseline in one run.
 //
-//   fencelock_bench --redis redis://127.0.0.1:7101 \
-//                   --redlock redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 \
+//   fencelock_bench [--redis redis://127.0.0.1:7101]
+//                   [--redlock redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103]
 //                   [--seconds 5] [--workers 8] [--critical-us 1000] [--json FILE]
 //
 // URIs default to $FENCELOCK_REDIS_URI / $FENCELOCK_REDLOCK_URI (scripts/servers.sh env).

@@ -30,22 +30,29 @@ Renewer::~Renewer() {
 void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
   std::lock_guard lock(mu_);
   Clock::time_point start = lease->valid_until() - lease->ttl;  // conservative send-time estimate
-  entries_[lease.get()] = Entry{lease, std::max(start + lease->ttl / 3, Clock::now())};
-  ++version_;
-  renew_cv_.notify_all();
-  watchdog_cv_.notify_all();
+  Entry& entry = entries_[lease.get()];
+  entry = Entry{lease, std::max(start + lease->ttl / 3, Clock::now())};
+  // Wake a thread only when the new lease is due before the time it already plans to wake at:
+  // the common case (a lease like the others) costs no context switch on the acquire path.
+  if (lease->renew && entry.next_renew < renew_planned_) {
+    ++renew_version_;
+    renew_cv_.notify_all();
+  }
+  if (lease->valid_until() - lost_guard(lease->ttl) < watchdog_planned_) {
+    ++watchdog_version_;
+    watchdog_cv_.notify_all();
+  }
 }
 
 void Renewer::remove(const LeaseState* lease) {
   std::lock_guard lock(mu_);
-  entries_.erase(lease);
-  ++version_;
+  entries_.erase(lease);  // a thread planning to wake for it wakes, finds nothing, re-plans
 }
 
 void Renewer::pause_renewals_for_testing(bool paused) {
   std::lock_guard lock(mu_);
   paused_ = paused;
-  ++version_;
+  ++renew_version_;
   renew_cv_.notify_all();
 }
 
@@ -64,13 +71,15 @@ void Renewer::renew_loop(std::stop_token stop) {
       }
     }
     if (next > Clock::now()) {
-      std::uint64_t seen = version_;
-      auto changed = [&] { return version_ != seen; };
+      std::uint64_t seen = renew_version_;
+      auto changed = [&] { return renew_version_ != seen; };
+      renew_planned_ = next;
       if (next == Clock::time_point::max()) {
         renew_cv_.wait(lock, stop, changed);
       } else {
         renew_cv_.wait_until(lock, stop, next, changed);
       }
+      renew_planned_ = Clock::time_point::min();  // awake: add() need not wake this thread
       continue;  // re-plan: entries may have changed
     }
     run_round(lock);
@@ -108,8 +117,6 @@ void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
       it->second.next_renew = now + retry_delay(lease.ttl);
     }
   }
-  ++version_;
-  watchdog_cv_.notify_all();
   fire_unlocked(lock, lost);
 }
 
@@ -139,17 +146,18 @@ void Renewer::watchdog_loop(std::stop_token stop) {
       ++it;
     }
     if (!lost.empty()) {
-      ++version_;
       fire_unlocked(lock, lost);
       continue;
     }
-    std::uint64_t seen = version_;
-    auto changed = [&] { return version_ != seen; };
+    std::uint64_t seen = watchdog_version_;
+    auto changed = [&] { return watchdog_version_ != seen; };
+    watchdog_planned_ = next;
     if (next == Clock::time_point::max()) {
       watchdog_cv_.wait(lock, stop, changed);
     } else {
       watchdog_cv_.wait_until(lock, stop, next, changed);
     }
+    watchdog_planned_ = Clock::time_point::min();
   }
 }
 

@@ -66,7 +66,11 @@ class Renewer {
   std::unordered_map<const LeaseState*, Entry> entries_;  // GUARDED_BY(mu_)
   bool paused_ = false;                                    // GUARDED_BY(mu_)
   std::uint64_t rounds_ = 0;                               // GUARDED_BY(mu_)
-  std::uint64_t version_ = 0;  // GUARDED_BY(mu_); bumped on every change both threads must see
+  // Each thread's planned wake-up time (min while awake) and a version bumped to wake it early.
+  Clock::time_point renew_planned_ = Clock::time_point::min();     // GUARDED_BY(mu_)
+  Clock::time_point watchdog_planned_ = Clock::time_point::min();  // GUARDED_BY(mu_)
+  std::uint64_t renew_version_ = 0;                                // GUARDED_BY(mu_)
+  std::uint64_t watchdog_version_ = 0;                             // GUARDED_BY(mu_)
   std::jthread renew_thread_;
   std::jthread watchdog_thread_;
 };
