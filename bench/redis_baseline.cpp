@@ -60,8 +60,9 @@ std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContex
 
 bool RedisBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
-  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "3", keys::lock_key(key),
-                                        keys::fence_key(key), keys::holder_key(key), owner, "10000", "{}"});
+  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "5", keys::lock_key(key),
+                                        keys::fence_key(key), keys::holder_key(key), keys::queue_key(key),
+                                        keys::queue_expiry_key(key), owner, "10000", "{}", "0", "0"});
   std::vector<redisContext*> granted;
   long long token = 0;
   auto replies = everywhere(contexts_, acquire);
@@ -80,8 +81,9 @@ bool RedisBaseline::cycle(const std::string& key) {
                                         std::to_string(token)});
     for (auto* r : everywhere(granted, raise)) freeReplyObject(r);
   }
-  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "2", keys::lock_key(key),
-                                        keys::holder_key(key), owner, keys::release_channel(key)});
+  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "4", keys::lock_key(key),
+                                        keys::holder_key(key), keys::queue_key(key), keys::queue_expiry_key(key),
+                                        owner, keys::release_channel(key), "1"});
   for (auto* r : everywhere(contexts_, release)) freeReplyObject(r);
   return ok;
 }

@@ -26,6 +26,12 @@ struct GrantRequest {
   const OwnerId& owner;
   milliseconds ttl;
   const std::string& metadata;
+  // Fair waiting: when not granted, keep a place in the key's wait queue this long (0: try once,
+  // take no place). Backends without a queue ignore it.
+  milliseconds queue_for{0};
+  // The place: smaller goes first. The same on every attempt of one acquisition and on every
+  // instance, so that all instances agree on who is first.
+  std::uint64_t ticket = 0;
 };
 
 struct Grant {
@@ -80,12 +86,15 @@ class Backend {
   // backend has already released (by owner id) whatever it took.
   virtual TryResult try_acquire(const GrantRequest& request) = 0;
 
-  virtual std::unique_ptr<ReleaseWatch> watch(const LockKey& key) = 0;
+  // `owner` is the waiter: a backend that addresses wake-ups to the first waiter in line wakes
+  // this watch only for releases addressed to it (or to nobody in particular).
+  virtual std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId& owner) = 0;
 
   // Renews every item, batched per server. Returns one outcome per item, in order.
   virtual std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) = 0;
 
-  // Compare-owner-and-delete, then wake waiters. OK when the key is gone or owned by another.
+  // Compare-owner-and-delete, give up any place in the wait queue, then wake waiters. OK when the
+  // key is gone or owned by another. Also how an acquisition that gives up leaves nothing behind.
   virtual Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) = 0;
 
   virtual Result<std::optional<HolderInfo>> inspect(const LockKey& key) = 0;

@@ -56,9 +56,23 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                                                 Clock::time_point deadline) {
   const OwnerId owner = OwnerId::random();
   const std::string& metadata = options.metadata.empty() ? default_metadata_ : options.metadata;
+  // The place in the backend's FIFO queue: arrival time, the same on every retry and instance.
+  const auto ticket = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const bool waits = options.wait > milliseconds(0);
   std::unique_ptr<ReleaseWatch> watch;
+  // Gives up: leaves the queue (release by owner id also covers an ambiguous timeout).
+  auto give_up = [&](Status status) {
+    if (waits) (void)backend_->release(key, owner, Clock::now() + options_.io_timeout);
+    return status;
+  };
   while (true) {
-    TryResult attempt = backend_->try_acquire(GrantRequest{key, owner, options.ttl, metadata});
+    Clock::time_point now = Clock::now();
+    milliseconds queue_for =
+        waits ? std::clamp(std::chrono::ceil<milliseconds>(deadline - now), milliseconds(1), kQueueHold)
+              : milliseconds(0);
+    TryResult attempt = backend_->try_acquire(
+        GrantRequest{key, owner, options.ttl, metadata, queue_for, ticket});
     if (attempt.grant) {
       auto lease = std::make_shared<LeaseState>(key, owner, attempt.grant->token, options.ttl,
                                                 options.renew);
@@ -67,23 +81,24 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
       renewer_.add(lease);
       return lease;
     }
-    if (attempt.status.code() != Code::kLocked) return attempt.status;
-    Clock::time_point now = Clock::now();
+    if (attempt.status.code() != Code::kLocked) return attempt.status;  // already released
+    now = Clock::now();
     if (now >= deadline) {
-      if (options.wait == milliseconds(0)) return attempt.status;
-      return Status(Code::kLocked, fmt::format("key is still held after waiting {}",
-                                               format_duration(options.wait)));
+      if (!waits) return attempt.status;
+      return give_up(Status(Code::kLocked, fmt::format("key is still held after waiting {}",
+                                                       format_duration(options.wait))));
     }
     if (!watch) {
       // Subscribe, then try again at once: a release between the first try and the
       // subscription would otherwise be missed.
-      watch = backend_->watch(key);
+      watch = backend_->watch(key, owner);
       continue;
     }
-    // The holder's remaining TTL is the fallback wake-up for a holder that dies silently.
-    Clock::time_point fallback = now + attempt.retry_after + milliseconds(1);
-    watch->wait_until(std::min(deadline, fallback), options.stop);
-    if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
+    // Fallbacks: the holder's remaining TTL, for a holder that dies silently; half the queue
+    // hold, to keep this waiter's place in line.
+    milliseconds fallback = std::min(attempt.retry_after, kQueueHold / 2) + milliseconds(1);
+    watch->wait_until(std::min(deadline, now + fallback), options.stop);
+    if (options.stop.stop_requested()) return give_up(Status(Code::kCancelled, "acquisition cancelled"));
   }
 }
 

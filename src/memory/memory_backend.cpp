@@ -95,7 +95,7 @@ class MemoryBackend final : public Backend {
     return TryResult{Status::Ok(), grant, milliseconds(0)};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key) override {
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
     return std::make_unique<MemoryWatch>(table_, key.str());
   }
 

@@ -70,8 +70,10 @@ class RedlockBackend final : public Backend {
     const Clock::time_point io_deadline = std::min(sent + options_.io_timeout, validity);
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
-    std::string cmd = evalsha(lua::acquire_sha1, {lock_key(k), fence_key(k), holder_key(k)},
-                              {owner, std::to_string(req.ttl.count()), req.metadata});
+    std::string cmd = evalsha(lua::acquire_sha1,
+                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k)},
+                              {owner, std::to_string(req.ttl.count()), req.metadata,
+                               std::to_string(req.queue_for.count()), std::to_string(req.ticket)});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline);
     Round1 r1 = tally_round1(calls);
@@ -91,14 +93,17 @@ class RedlockBackend final : public Backend {
       failure = round1_failure(r1, calls);
     }
     // Nothing may stay behind: release by owner id everywhere, including where the outcome is
-    // unknown (timeouts).
-    (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
+    // unknown (timeouts); keep the place in the wait queue (the caller leaves it if it gives up).
+    // When every instance plainly said "held", nothing was taken and there is nothing to release.
+    if (!r1.granted.empty() || !r1.errors.empty()) {
+      (void)release_keys(req.key, req.owner, Clock::now() + options_.io_timeout, /*leave_queue=*/false);
+    }
     milliseconds retry = failure.code() == Code::kLocked ? retry_after(r1) : milliseconds(0);
     return TryResult{failure, std::nullopt, retry};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key) override {
-    return hub_.watch(release_channel(key.str()));
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId& owner) override {
+    return hub_.watch(release_channel(key.str()), owner.hex());
   }
 
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
@@ -153,8 +158,13 @@ class RedlockBackend final : public Backend {
   }
 
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
+    return release_keys(key, owner, deadline, /*leave_queue=*/true);
+  }
+
+  Status release_keys(const LockKey& key, const OwnerId& owner, Clock::time_point deadline, bool leave_queue) {
     const std::string& k = key.str();
-    std::string cmd = evalsha(lua::release_sha1, {lock_key(k), holder_key(k)}, {owner.hex(), release_channel(k)});
+    std::string cmd = evalsha(lua::release_sha1, {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k)},
+                              {owner.hex(), release_channel(k), leave_queue ? "1" : "0"});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, deadline);
     int answered = 0;

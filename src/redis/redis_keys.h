@@ -9,6 +9,8 @@ namespace fencelock::detail::redis {
 inline std::string lock_key(std::string_view key) { return "fencelock:{" + std::string(key) + "}"; }
 inline std::string fence_key(std::string_view key) { return lock_key(key) + ":fence"; }
 inline std::string holder_key(std::string_view key) { return lock_key(key) + ":holder"; }
+inline std::string queue_key(std::string_view key) { return lock_key(key) + ":queue"; }
+inline std::string queue_expiry_key(std::string_view key) { return lock_key(key) + ":queue_exp"; }
 inline std::string release_channel(std::string_view key) { return lock_key(key) + ":released"; }
 
 // The lock name inside a lock key, or empty when `redis_key` is not a lock key.

@@ -10,16 +10,17 @@ namespace fencelock::detail::redis {
 
 class HubWatch final : public ReleaseWatch {
  public:
-  HubWatch(ReleaseHub& hub, std::string channel, std::uint64_t seen)
-      : hub_(hub), channel_(std::move(channel)), seen_(seen) {}
+  HubWatch(ReleaseHub& hub, std::string channel, std::string owner, std::uint64_t seen)
+      : hub_(hub), channel_(std::move(channel)), owner_(std::move(owner)), seen_(seen) {}
   ~HubWatch() override { hub_.remove(channel_); }
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
-    return hub_.wait_release(channel_, seen_, until, std::move(stop));
+    return hub_.wait_release(channel_, owner_, seen_, until, std::move(stop));
   }
 
  private:
   ReleaseHub& hub_;
   std::string channel_;
+  std::string owner_;
   std::uint64_t seen_;
 };
 
@@ -28,7 +29,7 @@ ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, milliseconds confirm_
 
 ReleaseHub::~ReleaseHub() { subscribers_.clear(); }
 
-std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& channel) {
+std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& channel, const std::string& owner) {
   add(channel);
   std::call_once(started_, [&] {
     for (std::size_t i = 0; i < instances_.size(); ++i) {
@@ -41,11 +42,11 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& channel) {
   // Wait until every instance was tried once and every connected one confirmed (instances that
   // are down cannot publish to us either; the holder's TTL is the fallback for them).
   changed_.wait_for(lock, confirm_timeout_, [&] {
+    const std::set<int>& on = subscribed_on_[channel];
     return attempted_.size() == instances_.size() &&
-           std::includes(ch.confirmed_on.begin(), ch.confirmed_on.end(), connected_.begin(),
-                         connected_.end());
+           std::includes(on.begin(), on.end(), connected_.begin(), connected_.end());
   });
-  return std::make_unique<HubWatch>(*this, channel, ch.releases + reconnects_);
+  return std::make_unique<HubWatch>(*this, channel, owner, events_for(ch, owner));
 }
 
 void ReleaseHub::add(const std::string& channel) {
@@ -63,11 +64,16 @@ void ReleaseHub::remove(const std::string& channel) {
   for (auto& s : subscribers_) s->poke();
 }
 
-bool ReleaseHub::wait_release(const std::string& channel, std::uint64_t& seen,
-                              Clock::time_point until, std::stop_token stop) {
+std::uint64_t ReleaseHub::events_for(Channel& ch, const std::string& owner) const {
+  auto it = ch.addressed.find(owner);
+  return ch.releases + reconnects_ + (it == ch.addressed.end() ? 0 : it->second);
+}
+
+bool ReleaseHub::wait_release(const std::string& channel, const std::string& owner,
+                              std::uint64_t& seen, Clock::time_point until, std::stop_token stop) {
   std::unique_lock lock(mu_);
   Channel& ch = channels_[channel];
-  auto now_seen = [&] { return ch.releases + reconnects_; };
+  auto now_seen = [&] { return events_for(ch, owner); };
   bool woke = changed_.wait_until(lock, stop, until, [&] { return now_seen() != seen; });
   seen = now_seen();
   return woke;
@@ -75,16 +81,27 @@ bool ReleaseHub::wait_release(const std::string& channel, std::uint64_t& seen,
 
 void ReleaseHub::on_subscribed(int instance, const std::string& channel) {
   std::lock_guard lock(mu_);
-  auto it = channels_.find(channel);
-  if (it != channels_.end()) it->second.confirmed_on.insert(instance);
+  subscribed_on_[channel].insert(instance);
   changed_.notify_all();
 }
 
-void ReleaseHub::on_message(const std::string& channel) {
+void ReleaseHub::on_unsubscribing(int instance, const std::string& channel) {
+  std::lock_guard lock(mu_);
+  auto it = subscribed_on_.find(channel);
+  if (it == subscribed_on_.end()) return;
+  it->second.erase(instance);
+  if (it->second.empty()) subscribed_on_.erase(it);
+}
+
+void ReleaseHub::on_message(const std::string& channel, const std::string& payload) {
   std::lock_guard lock(mu_);
   auto it = channels_.find(channel);
   if (it == channels_.end()) return;
-  it->second.releases++;
+  if (payload.empty()) {
+    it->second.releases++;
+  } else {
+    it->second.addressed[payload]++;  // only that waiter wakes; the others keep sleeping
+  }
   changed_.notify_all();
 }
 
@@ -101,7 +118,10 @@ void ReleaseHub::on_connection(int instance, bool up) {
     connected_.insert(instance);
   } else {
     connected_.erase(instance);
-    for (auto& [_, ch] : channels_) ch.confirmed_on.erase(instance);
+    for (auto it = subscribed_on_.begin(); it != subscribed_on_.end();) {
+      it->second.erase(instance);
+      it = it->second.empty() ? subscribed_on_.erase(it) : std::next(it);
+    }
   }
   reconnects_++;  // every waiter retries once: a release may have gone unheard
   changed_.notify_all();
@@ -154,15 +174,29 @@ void Subscriber::run(std::stop_token stop) {
   }
 }
 
-// Sends SUBSCRIBE / UNSUBSCRIBE so that `requested` matches what the hub wants.
-bool Subscriber::reconcile(redisContext* c, std::set<std::string>& requested) {
+// Sends SUBSCRIBE / UNSUBSCRIBE so that the channels asked for match what the hub wants.
+bool Subscriber::reconcile(redisContext* c, std::map<std::string, Sent>& sent) {
   std::set<std::string> wanted = hub_.wanted();
   std::vector<std::string> add = {"SUBSCRIBE"};
   std::vector<std::string> drop = {"UNSUBSCRIBE"};
-  std::set_difference(wanted.begin(), wanted.end(), requested.begin(), requested.end(),
-                      std::back_inserter(add));
-  std::set_difference(requested.begin(), requested.end(), wanted.begin(), wanted.end(),
-                      std::back_inserter(drop));
+  for (const auto& channel : wanted) {
+    auto it = sent.find(channel);
+    if (it == sent.end() || !it->second.subscribe) add.push_back(channel);
+  }
+  for (const auto& [channel, state] : sent) {
+    if (state.subscribe && !wanted.contains(channel)) drop.push_back(channel);
+  }
+  for (std::size_t i = 1; i < add.size(); ++i) {
+    Sent& s = sent[add[i]];
+    s.unanswered++;
+    s.subscribe = true;
+  }
+  for (std::size_t i = 1; i < drop.size(); ++i) {
+    hub_.on_unsubscribing(index_, drop[i]);  // before sending: a stale confirmation must not count
+    Sent& s = sent[drop[i]];
+    s.unanswered++;
+    s.subscribe = false;
+  }
   for (auto* cmd : {&add, &drop}) {
     if (cmd->size() == 1) continue;
     std::string wire = format_command(*cmd);
@@ -172,14 +206,25 @@ bool Subscriber::reconcile(redisContext* c, std::set<std::string>& requested) {
   while (!done) {
     if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
   }
-  requested = std::move(wanted);
   return true;
 }
 
+void Subscriber::on_reply(std::string_view kind, const std::string& channel,
+                          std::map<std::string, Sent>& sent) {
+  if (kind == "message") return;
+  auto it = sent.find(channel);
+  if (it == sent.end() || --it->second.unanswered > 0) return;  // a newer command is in flight
+  if (it->second.subscribe) {
+    hub_.on_subscribed(index_, channel);
+  } else {
+    sent.erase(it);
+  }
+}
+
 bool Subscriber::serve(std::stop_token stop, redisContext* c) {
-  std::set<std::string> requested;
+  std::map<std::string, Sent> sent;
   while (!stop.stop_requested()) {
-    if (!reconcile(c, requested)) return false;
+    if (!reconcile(c, sent)) return false;
     pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) continue;
     if (fds[1].revents) {
@@ -197,8 +242,10 @@ bool Subscriber::serve(std::stop_token stop, redisContext* c) {
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2) continue;
       std::string_view kind(reply->element[0]->str, reply->element[0]->len);
       std::string channel(reply->element[1]->str, reply->element[1]->len);
-      if (kind == "subscribe") hub_.on_subscribed(index_, channel);
-      else if (kind == "message") hub_.on_message(channel);
+      if (kind == "message" && reply->elements == 3) {
+        hub_.on_message(channel, std::string(reply->element[2]->str, reply->element[2]->len));
+      }
+      on_reply(kind, channel, sent);
     }
   }
   return true;
