@@ -12,6 +12,9 @@
 // the queue talks to the servers. Waiting never polls: waiters wake on the backend's release
 // event, with the holder's remaining TTL as the fallback for a holder that crashed.
 //
+// Signals: the first connect() sets SIGPIPE to SIG_IGN if it is still SIG_DFL (as gRPC does),
+// because the Redis driver cannot stop a closed socket from raising it.
+//
 // Thread-safety: a Client is safe for concurrent use from many threads. Copies share one
 // connection set and one renewal scheduler; the last copy (and the last Lease) to go closes them.
 #pragma once

@@ -1,5 +1,8 @@
 #include "fencelock/client.h"
 
+#include <csignal>
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include "core/client_core.h"
@@ -27,7 +30,21 @@ Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
 
 Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
 
+// hiredis writes to sockets without MSG_NOSIGNAL: a server that closes a connection would kill
+// the process with SIGPIPE. Like gRPC, fencelock ignores SIGPIPE unless the program installed
+// its own handler (documented in client.h).
+static void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 Result<Client> Client::connect(std::string_view uri, const ClientOptions& options) {
+  ignore_sigpipe_once();
   auto backend = make_backend(uri, options);
   if (!backend.ok()) return backend.status();
   return Client(std::make_shared<detail::ClientCore>(std::move(*backend), options));

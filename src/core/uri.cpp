@@ -59,6 +59,9 @@ Result<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_por
       text = text.substr(0, colon);
     }
     ep.host = std::string(text);
+    if (ep.host.find(':') != std::string::npos) {
+      return bad(fmt::format("IPv6 address '{}' needs brackets, e.g. [::1]:6379", text));
+    }
   }
   if (ep.host.empty()) return bad("empty host in the host list");
   if (port_text.empty()) {
@@ -111,20 +114,13 @@ Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
   }
   std::string_view rest = uri.substr(sep + 3);
 
-  auto query_at = rest.find('?');
-  if (query_at != std::string_view::npos) {
-    Status st = parse_query(rest.substr(query_at + 1), out);
-    if (!st.ok()) return st;
-    rest = rest.substr(0, query_at);
-  }
-  auto slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
-  if (slash != std::string_view::npos) out.path = std::string(rest.substr(slash + 1));
-
-  auto at = authority.rfind('@');
+  // Credentials first, split at the last '@': a password may hold unescaped '/', '?' or '@',
+  // and must never be read as a host (whose text would then appear in an error message).
+  // (An '@' inside a query value must be percent-encoded.)
+  auto at = rest.rfind('@');
   if (at != std::string_view::npos) {
-    std::string_view userinfo = authority.substr(0, at);
-    authority = authority.substr(at + 1);
+    std::string_view userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
     auto colon = userinfo.find(':');
     auto user = percent_decode(userinfo.substr(0, colon), "the user name");
     if (!user.ok()) return user.status();
@@ -136,6 +132,15 @@ Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
       out.has_password = true;
     }
   }
+  auto query_at = rest.find('?');
+  if (query_at != std::string_view::npos) {
+    Status st = parse_query(rest.substr(query_at + 1), out);
+    if (!st.ok()) return st;
+    rest = rest.substr(0, query_at);
+  }
+  auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos) out.path = std::string(rest.substr(slash + 1));
   while (!authority.empty()) {
     auto comma = authority.find(',');
     auto ep = parse_endpoint(authority.substr(0, comma), default_port);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The one test command for users and CI: installs missing dependencies, builds, runs every test.
+#
+#   scripts/test.sh              build/ and its tests
+#   scripts/test.sh --sanitize   build-asan/ with ASan (leak checks on) and UBSan, aborting on error
+#
+# Tests start their own redis-server processes (tests/support); no scripts/servers.sh needed.
+# FENCELOCK_JOBS sets the build and test parallelism (default 2). Exits non-zero on any failure.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+usage() {
+  echo "usage: $0 [--sanitize]" >&2
+  exit 2
+}
+
+build_args=()
+build_dir=build
+case ${1:-} in
+  "") ;;
+  --sanitize)
+    build_args=(--sanitize)
+    build_dir=build-asan
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    ;;
+  *) usage ;;
+esac
+[[ $# -le 1 ]] || usage
+
+./scripts/deps.sh
+./scripts/build.sh "${build_args[@]}"
+
+log=$build_dir/ctest.log
+status=0
+ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "${FENCELOCK_JOBS:-2}" \
+  --timeout 300 2>&1 | tee "$log" || status=$?
+
+# Failure output can be long: repeat ctest's verdict as the last lines.
+echo
+echo "== test.sh ($build_dir): $(grep -E 'tests passed|No tests were found' "$log" | tail -n 1)"
+if [[ $status -ne 0 ]]; then
+  sed -n '/^The following tests FAILED:/,$p' "$log"
+  echo "== test.sh: FAILED (ctest exit $status)"
+fi
+exit "$status"

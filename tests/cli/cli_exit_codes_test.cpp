@@ -1,0 +1,221 @@
+// `fencelock run` exit codes (docs/CLI.md): every failure is one "fencelock: " line on stderr, the
+// command does not run unless the lock was taken, and no lock is left behind.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+#include "fencelock/client.h"
+
+namespace fencelock::testing {
+namespace {
+
+RedisServerOptions with_password(const std::string& password) {
+  RedisServerOptions options;
+  options.password = password;
+  return options;
+}
+
+AcquireOptions ttl_of(std::chrono::milliseconds ttl) {
+  AcquireOptions options;
+  options.ttl = ttl;
+  return options;
+}
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+class CliExitCodes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = RedisServer::start().release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { dir_ = make_temp_dir("fencelock-cli-exit-"); }
+  void TearDown() override { remove_tree(dir_); }
+
+  std::string marker() const { return dir_ + "/ran"; }
+  // fencelock run --backend <server> ARGS... KEY -- touch MARKER
+  RunResult run_touch(const std::string& key, std::vector<std::string> options = {}) {
+    std::vector<std::string> args = {"run", "--backend", server_->uri()};
+    args.insert(args.end(), options.begin(), options.end());
+    args.insert(args.end(), {key, "--", "touch", marker()});
+    return run_cli(args);
+  }
+  void expect_usage_error(const RunResult& r, const std::string& names_problem) {
+    EXPECT_EQ(r.exit_code, 64) << r.stderr_text;
+    EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr(names_problem));
+    EXPECT_FALSE(file_exists(marker())) << "the command ran after a usage error";
+    EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+  }
+
+  static RedisServer* server_;
+  std::string dir_;
+};
+
+RedisServer* CliExitCodes::server_ = nullptr;
+
+bool port_6379_is_free() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(6379);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0;
+  ::close(fd);
+  return refused;
+}
+
+TEST_F(CliExitCodes, CommandExitCodePropagates) {
+  auto r = run_cli({"run", "--backend", server_->uri(), "exit-3", "--", "sh", "-c", "exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text, "");
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+TEST_F(CliExitCodes, CommandKilledBySignalGives128PlusSignal) {
+  auto r = run_cli({"run", "--backend", server_->uri(), "killed", "--", "sh", "-c", "kill -9 $$"});
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.stderr_text;
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+TEST_F(CliExitCodes, CommandNotFoundGives127) {
+  auto r =
+      run_cli({"run", "--backend", server_->uri(), "missing", "--", dir_ + "/no-such-program"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("no-such-program"));
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+TEST_F(CliExitCodes, LockHeldElsewhereGives75AndDoesNotRunTheCommand) {
+  auto client = Client::connect(server_->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto key = LockKey::make("held-elsewhere");
+  auto lease = client->acquire(*key, ttl_of(30s));
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+
+  for (const std::vector<std::string>& options :
+       {std::vector<std::string>{}, std::vector<std::string>{"--wait", "300ms"}}) {
+    auto r = run_touch("held-elsewhere", options);
+    EXPECT_EQ(r.exit_code, 75) << r.stderr_text;
+    EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr("not acquired"));
+    EXPECT_FALSE(file_exists(marker()));
+  }
+  EXPECT_FALSE(lease->is_lost()) << "the waiting CLI disturbed the holder";
+  EXPECT_TRUE(lease->release().ok());
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+TEST_F(CliExitCodes, UnreachableBackendGives69) {
+  std::string uri = fmt::format("redis://127.0.0.1:{}", free_loopback_port());
+  auto r = run_cli({"run", "--backend", uri, "k", "--", "touch", marker()});
+  EXPECT_EQ(r.exit_code, 69) << r.stderr_text;
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_FALSE(file_exists(marker()));
+
+  auto from_env = run_cli({"run", "k", "--", "touch", marker()}, {"FENCELOCK_BACKEND=" + uri});
+  EXPECT_EQ(from_env.exit_code, 69) << from_env.stderr_text;
+  EXPECT_THAT(from_env.stderr_text, HasSubstr("FENCELOCK_BACKEND"));
+}
+
+TEST_F(CliExitCodes, UnreachableDefaultBackendSaysSoAndHowToChoose) {
+  if (!port_6379_is_free()) GTEST_SKIP() << "something listens on 127.0.0.1:6379";
+  auto r = run_cli({"run", "k", "--", "touch", marker()});
+  EXPECT_EQ(r.exit_code, 69) << r.stderr_text;
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("default redis://127.0.0.1:6379"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("--backend"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("FENCELOCK_BACKEND"));
+}
+
+TEST_F(CliExitCodes, MalformedUriGives64) {
+  for (const std::string uri : {"bogus", "redis://127.0.0.1:notaport", "ftp://127.0.0.1:21"}) {
+    auto r = run_cli({"run", "--backend", uri, "k", "--", "touch", marker()});
+    EXPECT_EQ(r.exit_code, 64) << uri << ": " << r.stderr_text;
+    EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr("redis://"));  // shows the URI forms
+    EXPECT_FALSE(file_exists(marker()));
+  }
+}
+
+TEST_F(CliExitCodes, EmptyKeyGives64) { expect_usage_error(run_touch(""), "KEY"); }
+
+TEST_F(CliExitCodes, KeyOver512BytesGives64) {
+  expect_usage_error(run_touch(std::string(10 * 1024, 'k')), "512");
+}
+
+TEST_F(CliExitCodes, ZeroTtlGives64) {
+  expect_usage_error(run_touch("k", {"--ttl", "0"}), "--ttl");
+  expect_usage_error(run_touch("k", {"--ttl", "0s"}), "--ttl");
+}
+
+TEST_F(CliExitCodes, NegativeWaitGives64) {
+  expect_usage_error(run_touch("k", {"--wait", "-1s"}), "--wait");
+  expect_usage_error(run_touch("k", {"--wait=-1s"}), "negative");
+}
+
+TEST_F(CliExitCodes, BadDurationGives64) {
+  expect_usage_error(run_touch("k", {"--ttl", "10x"}), "'10x'");
+  expect_usage_error(run_touch("k", {"--kill-grace", "soon"}), "--kill-grace");
+}
+
+TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
+  auto no_command = run_cli({"run", "--backend", server_->uri(), "k"});
+  EXPECT_EQ(no_command.exit_code, 64);
+  EXPECT_TRUE(is_one_error_line(no_command.stderr_text)) << no_command.stderr_text;
+  EXPECT_THAT(no_command.stderr_text, HasSubstr("command"));
+
+  auto unknown = run_cli({"run", "--frobnicate", "k", "--", "true"});
+  EXPECT_EQ(unknown.exit_code, 64);
+  EXPECT_TRUE(is_one_error_line(unknown.stderr_text)) << unknown.stderr_text;
+
+  auto no_subcommand = run_cli({});
+  EXPECT_EQ(no_subcommand.exit_code, 64);
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+TEST_F(CliExitCodes, WrongPasswordGives77AndIsNeverPrinted) {
+  auto secured = RedisServer::start(with_password("right-secret"));
+  std::string wrong = fmt::format("redis://:wrong-secret@127.0.0.1:{}", secured->port());
+  auto r = run_cli({"run", "--backend", wrong, "k", "--", "touch", marker()});
+  EXPECT_EQ(r.exit_code, 77) << r.stderr_text;
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("wrong-secret")));
+  EXPECT_FALSE(file_exists(marker()));
+
+  auto status = run_cli({"status", "--backend", wrong, "k"});
+  EXPECT_EQ(status.exit_code, 77) << status.stderr_text;
+  EXPECT_THAT(status.stderr_text, Not(HasSubstr("wrong-secret")));
+  EXPECT_THAT(held_lock_keys(*secured), IsEmpty());
+}
+
+TEST_F(CliExitCodes, HelpAndVersion) {
+  auto version = run_cli({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.stdout_text, HasSubstr("0.1.0"));
+
+  auto help = run_cli({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.stdout_text, HasSubstr("run"));
+  EXPECT_THAT(help.stdout_text, HasSubstr("Exit codes"));
+
+  auto run_help = run_cli({"run", "--help"});
+  EXPECT_EQ(run_help.exit_code, 0);
+  EXPECT_THAT(run_help.stdout_text, HasSubstr("FENCELOCK_TOKEN"));
+  EXPECT_THAT(run_help.stdout_text, HasSubstr("--kill-grace"));
+}
+
+}  // namespace
+}  // namespace fencelock::testing

@@ -1,0 +1,48 @@
+// Helpers for the CLI integration tests: run the real `fencelock` binary (FENCELOCK_CLI, set by
+// CMake) against real redis-server processes and observe files it and its command write.
+//
+// Waiting is always for an observable event (a file appears, a process exits, a server sees a
+// connection), in loops bounded by a timeout; never a bare sleep.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "support/process.h"
+#include "support/redis_server.h"
+
+namespace fencelock::testing {
+
+using namespace std::chrono_literals;
+
+// Path of the fencelock binary under test.
+std::string cli_path();
+
+// {cli_path(), args...}.
+std::vector<std::string> cli_argv(const std::vector<std::string>& args);
+
+// Runs fencelock with `args` to completion. FENCELOCK_BACKEND is removed from the environment
+// unless `env` sets it.
+RunResult run_cli(const std::vector<std::string>& args, std::vector<std::string> env = {},
+                  std::chrono::milliseconds timeout = 60s);
+
+// Starts fencelock with `args` in the background, stdout/stderr into the given files.
+ChildProcess spawn_cli(const std::vector<std::string>& args, const std::string& stdout_file,
+                       const std::string& stderr_file, std::vector<std::string> env = {});
+
+// Checks `condition` every few milliseconds until it holds (true) or `timeout` passes (false).
+bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s);
+
+bool file_exists(const std::string& path);
+std::string read_file(const std::string& path);  // "" if missing
+std::vector<std::string> read_lines(const std::string& path);
+
+// Lock keys ("fencelock:{K}") held on `server`, leaving out the fencing counters ("...:fence").
+std::vector<std::string> held_lock_keys(RedisServer& server);
+
+// True if `text` has exactly one line (one '\n', at the end) and starts with "fencelock: ".
+bool is_one_error_line(const std::string& text);
+
+}  // namespace fencelock::testing

@@ -1,0 +1,114 @@
+// `fencelock status` and `fencelock list` while a `fencelock run` holds a lock, and after.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.h"
+
+namespace fencelock::testing {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+class CliInspect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = RedisServer::start();
+    dir_ = make_temp_dir("fencelock-cli-inspect-");
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  RunResult cli(std::vector<std::string> args) {
+    args.insert(args.begin() + 1, {"--backend", server_->uri()});
+    return run_cli(args);
+  }
+
+  std::unique_ptr<RedisServer> server_;
+  std::string dir_;
+};
+
+TEST_F(CliInspect, StatusAndListShowAHeldLockThenFree) {
+  ChildProcess holder = spawn_cli(
+      {"run", "--backend", server_->uri(), "--ttl", "20s", "jobs/nightly", "--", "sh", "-c",
+       "trap 'kill $! 2>/dev/null; exit 0' TERM; echo started > \"$1\"; sleep 60 & wait", "sh",
+       path("started")},
+      path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+      << read_file(path("stderr"));
+
+  auto status = cli({"status", "--json", "jobs/nightly"});
+  ASSERT_EQ(status.exit_code, 0) << status.stderr_text;
+  json held = json::parse(status.stdout_text);
+  EXPECT_EQ(held["key"], "jobs/nightly");
+  EXPECT_EQ(held["held"], true);
+  ASSERT_TRUE(held["token"].is_number_unsigned()) << held.dump();
+  EXPECT_GT(held["token"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(held["ttl_ms"].get<long>(), 0);
+  EXPECT_LE(held["ttl_ms"].get<long>(), 20'000);
+  EXPECT_EQ(held["owner"].get<std::string>().size(), 8u);
+  ASSERT_TRUE(held["holder"].is_object()) << held.dump();
+  EXPECT_EQ(held["holder"]["pid"], holder.pid());
+  EXPECT_EQ(held["holder"]["command"], "sh");
+
+  auto human = cli({"status", "jobs/nightly"});
+  ASSERT_EQ(human.exit_code, 0) << human.stderr_text;
+  EXPECT_THAT(human.stdout_text, HasSubstr("jobs/nightly: held"));
+  EXPECT_THAT(human.stdout_text,
+              HasSubstr(fmt::format("token   {}", held["token"].get<std::uint64_t>())));
+
+  auto list = cli({"list", "--json"});
+  ASSERT_EQ(list.exit_code, 0) << list.stderr_text;
+  json all = json::parse(list.stdout_text);
+  ASSERT_TRUE(all.is_array());
+  ASSERT_EQ(all.size(), 1u) << all.dump();
+  EXPECT_EQ(all[0]["key"], "jobs/nightly");
+  EXPECT_EQ(all[0]["token"], held["token"]);
+
+  EXPECT_EQ(json::parse(cli({"list", "--json", "jobs/"}).stdout_text).size(), 1u);
+  EXPECT_EQ(json::parse(cli({"list", "--json", "other/"}).stdout_text).size(), 0u);
+  auto table = cli({"list"});
+  EXPECT_THAT(table.stdout_text, HasSubstr("KEY"));
+  EXPECT_THAT(table.stdout_text, HasSubstr("jobs/nightly"));
+
+  holder.signal(SIGTERM);
+  auto code = holder.wait_for(15s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << read_file(path("stderr"));
+
+  auto free_json = cli({"status", "--json", "jobs/nightly"});
+  EXPECT_EQ(free_json.exit_code, 0) << free_json.stderr_text;
+  EXPECT_EQ(json::parse(free_json.stdout_text), json({{"key", "jobs/nightly"}, {"held", false}}));
+  auto free_text = cli({"status", "jobs/nightly"});
+  EXPECT_EQ(free_text.exit_code, 0);
+  EXPECT_EQ(free_text.stdout_text, "jobs/nightly: free\n");
+  EXPECT_EQ(json::parse(cli({"list", "--json"}).stdout_text), json::array());
+  EXPECT_EQ(cli({"list"}).stdout_text, "no locks held\n");
+}
+
+TEST_F(CliInspect, StatusOfAnUnreachableBackendGives69) {
+  auto r = run_cli(
+      {"status", "--backend", fmt::format("redis://127.0.0.1:{}", free_loopback_port()), "k"});
+  EXPECT_EQ(r.exit_code, 69);
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "");
+}
+
+TEST_F(CliInspect, JsonErrorsAreOneJsonObjectOnStderr) {
+  auto r = run_cli({"status", "--json", "--backend",
+                    fmt::format("redis://127.0.0.1:{}", free_loopback_port()), "k"});
+  EXPECT_EQ(r.exit_code, 69);
+  json error = json::parse(r.stderr_text);
+  EXPECT_EQ(error["error"], "unavailable");
+  EXPECT_EQ(error["exit_code"], 69);
+}
+
+}  // namespace
+}  // namespace fencelock::testing

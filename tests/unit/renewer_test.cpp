@@ -1,0 +1,344 @@
+// Specification of the Renewer (src/core/renewer.h, DESIGN.md sections 1 and 2): held leases are
+// renewed before their validity ends, in one batched backend call per round, and lost() fires at
+// once on a rejection and never later than valid_until() when renewals stop succeeding.
+//
+// The backend is a hand-written fake that records every renew_all call and answers with an
+// outcome chosen by the test. Every wait is for an event (a recorded call, a lost() signal) with a
+// generous bound that only a failing test reaches.
+#include "core/renewer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/lease_state.h"
+
+namespace fencelock::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kEventBound = 10s;
+
+// One recorded renew_all call: when it arrived and the keys it carried.
+struct RenewCall {
+  Clock::time_point at;
+  std::vector<std::string> keys;
+};
+
+class FakeBackend final : public Backend {
+ public:
+  // What renew_all answers for each item. Default: renewed, valid for a full TTL from now.
+  using Decide = std::function<RenewOutcome(const RenewItem&)>;
+
+  void answer_with(Decide decide) {
+    std::lock_guard lock(mu_);
+    decide_ = std::move(decide);
+  }
+
+  static RenewOutcome renewed(const RenewItem& item) {
+    return RenewOutcome{RenewOutcome::kRenewed, Clock::now() + item.ttl};
+  }
+  static RenewOutcome rejected(const RenewItem&) {
+    return RenewOutcome{RenewOutcome::kRejected, {}};
+  }
+  static RenewOutcome unknown(const RenewItem&) { return RenewOutcome{RenewOutcome::kUnknown, {}}; }
+
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    std::lock_guard lock(mu_);
+    RenewCall call{Clock::now(), {}};
+    std::vector<RenewOutcome> out;
+    for (const RenewItem& item : items) {
+      call.keys.push_back(item.key->str());
+      out.push_back(decide_(item));
+    }
+    calls_.push_back(std::move(call));
+    changed_.notify_all();
+    return out;
+  }
+
+  // Blocks until at least `n` renew_all calls were made (or the bound passes). True when made.
+  bool wait_for_calls(std::size_t n) {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, kEventBound, [&] { return calls_.size() >= n; });
+  }
+
+  // Blocks until a call satisfying `pred` was made. Its index, or nullopt at the bound.
+  std::optional<std::size_t> wait_for_call(const std::function<bool(const RenewCall&)>& pred) {
+    std::unique_lock lock(mu_);
+    std::optional<std::size_t> found;
+    changed_.wait_for(lock, kEventBound, [&] {
+      for (std::size_t i = 0; i < calls_.size(); ++i) {
+        if (pred(calls_[i])) {
+          found = i;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+
+  std::vector<RenewCall> calls() const {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+
+  // Not used by the Renewer.
+  milliseconds min_ttl() const override { return 1ms; }
+  TryResult try_acquire(const GrantRequest&) override {
+    return TryResult{Status(Code::kInternal, "not in this fake"), std::nullopt, 0ms};
+  }
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
+  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
+    return Status(Code::kInternal, "not in this fake");
+  }
+  Result<std::optional<HolderInfo>> inspect(const LockKey&) override {
+    return Status(Code::kInternal, "not in this fake");
+  }
+  Result<std::vector<HolderInfo>> list(std::string_view) override {
+    return Status(Code::kInternal, "not in this fake");
+  }
+  std::string describe() const override { return "fake://"; }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  Decide decide_ = renewed;       // GUARDED_BY(mu_)
+  std::vector<RenewCall> calls_;  // GUARDED_BY(mu_)
+};
+
+bool contains(const RenewCall& call, const std::string& key) {
+  return std::find(call.keys.begin(), call.keys.end(), key) != call.keys.end();
+}
+
+// A lease as the ClientCore hands it to the Renewer: valid until `valid_until` (default: a whole
+// TTL from now, as if just granted).
+std::shared_ptr<LeaseState> make_lease(
+    const std::string& key, milliseconds ttl, bool renew = true,
+    std::optional<Clock::time_point> valid_until = std::nullopt) {
+  auto lease = std::make_shared<LeaseState>(*LockKey::make(key), OwnerId::random(), FencingToken(1),
+                                            ttl, renew);
+  lease->set_valid_until(valid_until.value_or(Clock::now() + ttl));
+  return lease;
+}
+
+// Records when lost() fired, from whichever thread fires it.
+class LostProbe {
+ public:
+  explicit LostProbe(const LeaseState& lease)
+      : callback_(lease.lost_source.get_token(), std::function<void()>([this] {
+                    std::lock_guard lock(mu_);
+                    fired_at_ = Clock::now();
+                    fired_.notify_all();
+                  })) {}
+
+  // When lost() fired, or nullopt if it did not within the bound.
+  std::optional<Clock::time_point> wait() {
+    std::unique_lock lock(mu_);
+    fired_.wait_for(lock, kEventBound, [&] { return fired_at_.has_value(); });
+    return fired_at_;
+  }
+
+  bool fired() const {
+    std::lock_guard lock(mu_);
+    return fired_at_.has_value();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable fired_;
+  std::optional<Clock::time_point> fired_at_;           // GUARDED_BY(mu_)
+  std::stop_callback<std::function<void()>> callback_;  // last: registered once the rest exists
+};
+
+TEST(Renewer, LostGuardIsATenthOfTheTtlWithinTwoAndFiftyMilliseconds) {
+  EXPECT_EQ(Renewer::lost_guard(300ms), 30ms);
+  EXPECT_EQ(Renewer::lost_guard(10ms), 2ms);
+  EXPECT_EQ(Renewer::lost_guard(10s), 50ms);
+}
+
+TEST(Renewer, RenewsALeaseAtAThirdOfItsTtlAndMovesValidUntilForward) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point granted = Clock::now();
+  auto lease = make_lease("k", 300ms, true, granted + 300ms);
+  const Clock::time_point first_validity = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+
+  ASSERT_TRUE(backend.wait_for_calls(2)) << "never renewed twice";
+  std::vector<RenewCall> calls = backend.calls();
+  EXPECT_GE(calls[0].at, granted + 100ms) << "renewed before ttl/3";
+  EXPECT_LT(calls[0].at, first_validity) << "renewal came after the validity had ended";
+  EXPECT_EQ(calls[0].keys, std::vector<std::string>{"k"});
+  // The second round is planned from the first one's outcome, so that outcome is applied by now.
+  EXPECT_GT(lease->valid_until(), first_validity);
+  EXPECT_GE(calls[1].at, calls[0].at + 100ms) << "the next renewal follows the new validity";
+  EXPECT_FALSE(lost.fired());
+}
+
+TEST(Renewer, KeepsALeaseAliveWellPastItsFirstTtl) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 90ms);
+  const Clock::time_point first_validity = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+  // Wait for a renewal sent after the first validity would have ended: the lease was carried
+  // across it.
+  ASSERT_TRUE(
+      backend.wait_for_call([&](const RenewCall& c) { return c.at > first_validity + 200ms; }));
+  EXPECT_FALSE(lost.fired());
+  EXPECT_GT(lease->valid_until(), first_validity + 200ms);
+}
+
+TEST(Renewer, LeasesAddedTogetherAreRenewedInOneBackendCall) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point now = Clock::now();
+  std::vector<std::shared_ptr<LeaseState>> leases;
+  for (const char* key : {"a", "b", "c", "d", "e"}) {
+    leases.push_back(make_lease(key, 300ms, true, now + 300ms));
+    renewer.add(leases.back());
+  }
+  ASSERT_TRUE(backend.wait_for_calls(1));
+  std::vector<std::string> keys = backend.calls()[0].keys;
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+}
+
+TEST(Renewer, LeaseDueWithinASixthOfItsTtlJoinsTheCurrentRound) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point now = Clock::now();
+  auto early = make_lease("early", 300ms, true, now + 300ms);  // due at +100 ms
+  auto later = make_lease("later", 300ms, true, now + 340ms);  // due at +140 ms, within 50 ms
+  renewer.add(early);
+  renewer.add(later);
+  ASSERT_TRUE(backend.wait_for_calls(1));
+  std::vector<std::string> keys = backend.calls()[0].keys;
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"early", "later"}));
+  EXPECT_EQ(renewer.rounds(), backend.calls().size());
+}
+
+TEST(Renewer, RejectedRenewalFiresLostAtOnce) {
+  FakeBackend backend;
+  backend.answer_with(FakeBackend::rejected);
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 1500ms);  // renewal at +500 ms; validity ends at +1500 ms
+  LostProbe lost(*lease);
+  renewer.add(lease);
+
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_TRUE(lease->lost_source.stop_requested());
+  std::vector<RenewCall> calls = backend.calls();
+  ASSERT_EQ(calls.size(), 1u) << "a rejected lease is not renewed again";
+  EXPECT_GE(*fired, calls[0].at) << "fired before the rejection";
+  EXPECT_LT(*fired, lease->valid_until() - Renewer::lost_guard(lease->ttl))
+      << "fired by the validity watchdog, not by the rejection";
+}
+
+TEST(Renewer, RenewalsThatNeverConfirmFireLostNoLaterThanValidUntil) {
+  FakeBackend backend;
+  backend.answer_with(FakeBackend::unknown);
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 300ms);
+  const Clock::time_point valid_until = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_LE(*fired, valid_until);
+  EXPECT_EQ(lease->valid_until(), valid_until) << "an unconfirmed renewal must not extend validity";
+  EXPECT_GE(backend.calls().size(), 2u) << "an unknown outcome is retried";
+}
+
+TEST(Renewer, PausedRenewerSendsNothingAndFiresLostNoLaterThanValidUntil) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  renewer.pause_renewals_for_testing(true);
+  auto lease = make_lease("k", 300ms);
+  const Clock::time_point valid_until = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_LE(*fired, valid_until);
+  EXPECT_TRUE(backend.calls().empty());
+  EXPECT_EQ(renewer.rounds(), 0u);
+}
+
+TEST(Renewer, RemovedLeaseIsNeitherRenewedNorDeclaredLost) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point now = Clock::now();
+  auto removed = make_lease("removed", 300ms, true, now + 300ms);
+  auto witness = make_lease("witness", 300ms, true, now + 300ms);
+  LostProbe removed_lost(*removed);
+  renewer.add(removed);
+  renewer.add(witness);
+  ASSERT_TRUE(backend.wait_for_calls(1));
+  ASSERT_TRUE(contains(backend.calls()[0], "removed"));
+
+  renewer.remove(removed.get());
+  // Rounds whose items were chosen before remove() returned are counted in rounds(); every later
+  // round must leave the removed lease out.
+  const std::size_t first_after = renewer.rounds();
+  const Clock::time_point removed_validity = removed->valid_until();
+  // The witness keeps rounds going past the removed lease's validity.
+  ASSERT_TRUE(backend.wait_for_call([&](const RenewCall& c) {
+    return c.at > removed_validity + 50ms;
+  })) << "the witness lease stopped being renewed";
+
+  std::vector<RenewCall> calls = backend.calls();
+  for (std::size_t i = first_after; i < calls.size(); ++i) {
+    EXPECT_FALSE(contains(calls[i], "removed")) << "call #" << i;
+    EXPECT_TRUE(contains(calls[i], "witness")) << "call #" << i;
+  }
+  EXPECT_FALSE(removed_lost.fired()) << "a removed lease is no longer watched";
+}
+
+TEST(Renewer, LeaseWithoutRenewalIsNeverRenewedAndIsLostAtItsValidity) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 300ms, /*renew=*/false);
+  const Clock::time_point valid_until = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_LE(*fired, valid_until);
+  EXPECT_GE(*fired, valid_until - Renewer::lost_guard(lease->ttl)) << "declared lost too early";
+  EXPECT_TRUE(backend.calls().empty());
+}
+
+TEST(Renewer, LeaseWithoutRenewalDoesNotJoinOtherLeasesRounds) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point now = Clock::now();
+  auto fixed = make_lease("fixed", 300ms, /*renew=*/false, now + 300ms);
+  auto renewed = make_lease("renewed", 300ms, true, now + 300ms);
+  LostProbe fixed_lost(*fixed);
+  renewer.add(fixed);
+  renewer.add(renewed);
+  ASSERT_TRUE(fixed_lost.wait().has_value());
+  for (const RenewCall& call : backend.calls()) EXPECT_FALSE(contains(call, "fixed"));
+}
+
+}  // namespace
+}  // namespace fencelock::detail

@@ -1,0 +1,198 @@
+// Specification of the value types of include/fencelock/types.h and status.h (DESIGN.md section 1):
+// lock keys are 1..512 non-NUL bytes, owner ids are 128 random bits, tokens are ordered, and the
+// types cannot be mixed up.
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fencelock/status.h"
+#include "fencelock/types.h"
+#include "unit/printers.h"
+
+namespace fencelock {
+namespace {
+
+using ::testing::MatchesRegex;
+
+// --- distinct types do not mix (STYLE.md principle 2) -----------------------------------------
+
+static_assert(!std::is_constructible_v<LockKey, std::string>,
+              "a LockKey is built only through LockKey::make, which validates it");
+static_assert(!std::is_constructible_v<LockKey, const char*>);
+static_assert(!std::is_convertible_v<std::string, LockKey>);
+static_assert(!std::is_convertible_v<OwnerId, LockKey>, "an owner id is not a key");
+static_assert(!std::is_convertible_v<LockKey, OwnerId>, "a key is not an owner id");
+static_assert(!std::is_constructible_v<OwnerId, std::string>);
+static_assert(!std::is_default_constructible_v<OwnerId>, "owner ids come from random()/from_hex()");
+static_assert(!std::is_convertible_v<std::uint64_t, FencingToken>, "tokens are built explicitly");
+static_assert(!std::is_convertible_v<FencingToken, std::uint64_t>);
+static_assert(!std::is_convertible_v<int, Status>);
+
+// --- LockKey -----------------------------------------------------------------------------------
+
+TEST(LockKey, AcceptsOneByte) {
+  auto key = LockKey::make("k");
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->str(), "k");
+}
+
+TEST(LockKey, AcceptsExactly512Bytes) {
+  std::string name(LockKey::kMaxBytes, 'a');
+  auto key = LockKey::make(name);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  EXPECT_EQ(key->str(), name);
+}
+
+TEST(LockKey, AcceptsAnyNonNulBytes) {
+  for (std::string name : {std::string("{tag}"), std::string("}{"), std::string("jobs:*"),
+                           std::string("line\nbreak"), std::string("caf\xC3\xA9 \xE2\x9C\x93"),
+                           std::string("\x01\x7f\xff"), std::string(" "), std::string("a/b\\c")}) {
+    auto key = LockKey::make(name);
+    ASSERT_TRUE(key.ok()) << key.status().to_string();
+    EXPECT_EQ(key->str(), name);
+  }
+}
+
+TEST(LockKey, AcceptsEveryByteValueExceptNul) {
+  std::string all;
+  for (int b = 1; b < 256; ++b) all.push_back(static_cast<char>(b));
+  auto key = LockKey::make(all);
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->str(), all);
+}
+
+TEST(LockKey, RejectsEmpty) { EXPECT_EQ(LockKey::make("").code(), Code::kInvalidArgument); }
+
+TEST(LockKey, Rejects513Bytes) {
+  EXPECT_EQ(LockKey::make(std::string(513, 'a')).code(), Code::kInvalidArgument);
+}
+
+TEST(LockKey, Rejects10Kilobytes) {
+  EXPECT_EQ(LockKey::make(std::string(10 * 1024, 'a')).code(), Code::kInvalidArgument);
+}
+
+TEST(LockKey, RejectsAnEmbeddedNul) {
+  EXPECT_EQ(LockKey::make(std::string("a\0b", 3)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(LockKey::make(std::string("\0", 1)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(LockKey::make(std::string("ab\0", 3)).code(), Code::kInvalidArgument);
+}
+
+TEST(LockKey, EqualNamesMakeEqualKeysAndKeysAreOrdered) {
+  EXPECT_EQ(*LockKey::make("a"), *LockKey::make("a"));
+  EXPECT_NE(*LockKey::make("a"), *LockKey::make("b"));
+  EXPECT_LT(*LockKey::make("a"), *LockKey::make("b"));
+}
+
+// --- OwnerId -----------------------------------------------------------------------------------
+
+TEST(OwnerId, RandomIs32LowerCaseHexDigits) {
+  EXPECT_THAT(OwnerId::random().hex(), MatchesRegex("[0-9a-f]{32}"));
+}
+
+TEST(OwnerId, ThousandRandomDrawsAreAllDistinct) {
+  std::set<std::string> seen;
+  for (int i = 0; i < 1000; ++i) seen.insert(OwnerId::random().hex());
+  EXPECT_EQ(seen.size(), 1000u);
+}
+
+TEST(OwnerId, FromHexRoundTrips) {
+  OwnerId id = OwnerId::random();
+  auto back = OwnerId::from_hex(id.hex());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, id);
+  EXPECT_EQ(back->hex(), id.hex());
+}
+
+TEST(OwnerId, FromHexKeepsTheExactDigits) {
+  const std::string hex = "0123456789abcdeffedcba9876543210";
+  auto id = OwnerId::from_hex(hex);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->hex(), hex);
+}
+
+TEST(OwnerId, FromHexRejectsWrongLengthUpperCaseAndNonHex) {
+  EXPECT_EQ(OwnerId::from_hex("").code(), Code::kInvalidArgument);
+  EXPECT_EQ(OwnerId::from_hex(std::string(31, 'a')).code(), Code::kInvalidArgument);
+  EXPECT_EQ(OwnerId::from_hex(std::string(33, 'a')).code(), Code::kInvalidArgument);
+  EXPECT_EQ(OwnerId::from_hex(std::string(32, 'A')).code(), Code::kInvalidArgument);
+  EXPECT_EQ(OwnerId::from_hex(std::string(31, 'a') + "g").code(), Code::kInvalidArgument);
+}
+
+TEST(OwnerId, ShortHexIsTheFirstEightDigits) {
+  OwnerId id = OwnerId::random();
+  EXPECT_EQ(id.short_hex().size(), 8u);
+  EXPECT_EQ(id.short_hex(), id.hex().substr(0, 8));
+}
+
+// --- FencingToken ------------------------------------------------------------------------------
+
+TEST(FencingToken, OrdersByValue) {
+  constexpr FencingToken one(1), two(2);
+  static_assert(one < two);
+  EXPECT_LT(one, two);
+  EXPECT_GT(two, one);
+  EXPECT_EQ(FencingToken(7), FencingToken(7));
+  EXPECT_NE(FencingToken(7), FencingToken(8));
+  EXPECT_LT(FencingToken(1), FencingToken(UINT64_MAX));
+  EXPECT_EQ(FencingToken(42).value(), 42u);
+}
+
+// --- Status and Result -------------------------------------------------------------------------
+
+TEST(Status, DefaultIsOk) {
+  Status st;
+  EXPECT_TRUE(st.ok());
+  EXPECT_EQ(st.code(), Code::kOk);
+  EXPECT_EQ(st.to_string(), "ok");
+  EXPECT_TRUE(Status::Ok().ok());
+}
+
+TEST(Status, ToStringIsCodeNameThenMessage) {
+  EXPECT_EQ(Status(Code::kLocked, "key 'jobs' is held by another owner").to_string(),
+            "locked: key 'jobs' is held by another owner");
+  EXPECT_EQ(Status(Code::kUnavailable, "").to_string(), "unavailable");
+}
+
+TEST(Status, EveryCodeHasADistinctName) {
+  std::set<std::string_view> names;
+  for (Code c :
+       {Code::kOk, Code::kLocked, Code::kUnavailable, Code::kDeadlineExceeded, Code::kCancelled,
+        Code::kInvalidArgument, Code::kUnauthenticated, Code::kPermissionDenied, Code::kInternal}) {
+    EXPECT_NE(code_name(c), "unknown");
+    names.insert(code_name(c));
+  }
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(code_name(Code::kLocked), "locked");
+  EXPECT_EQ(code_name(Code::kInvalidArgument), "invalid argument");
+}
+
+TEST(Result, HoldsAValue) {
+  Result<int> r = 5;
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(static_cast<bool>(r));
+  EXPECT_EQ(r.value(), 5);
+  EXPECT_EQ(*r, 5);
+  EXPECT_EQ(r.code(), Code::kOk);
+  EXPECT_TRUE(r.status().ok());
+}
+
+TEST(Result, HoldsAnError) {
+  Result<int> r = Status(Code::kCancelled, "stopped");
+  EXPECT_FALSE(r.ok());
+  EXPECT_FALSE(static_cast<bool>(r));
+  EXPECT_EQ(r.code(), Code::kCancelled);
+  EXPECT_EQ(r.status().message(), "stopped");
+}
+
+TEST(Result, MovesItsValueOut) {
+  Result<std::string> r = std::string("payload");
+  EXPECT_EQ(r->size(), 7u);
+  std::string taken = std::move(r).value();
+  EXPECT_EQ(taken, "payload");
+}
+
+}  // namespace
+}  // namespace fencelock

@@ -1,0 +1,28 @@
+#include "exit_codes.h"
+
+namespace fencelock::cli {
+
+int exit_code_for(Code code) {
+  switch (code) {
+    case Code::kOk:
+      return kExitOk;
+    case Code::kLocked:
+      return kExitNotAcquired;
+    // A timed-out call left nothing held (the library released by owner id): like an unreachable
+    // backend, the caller should retry later.
+    case Code::kUnavailable:
+    case Code::kDeadlineExceeded:
+      return kExitUnavailable;
+    case Code::kInvalidArgument:
+      return kExitUsage;
+    case Code::kUnauthenticated:
+    case Code::kPermissionDenied:
+      return kExitNoPermission;
+    case Code::kCancelled:
+    case Code::kInternal:
+      return kExitSoftware;
+  }
+  return kExitSoftware;
+}
+
+}  // namespace fencelock::cli

@@ -1,0 +1,76 @@
+#include "inspect_commands.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "backend_choice.h"
+#include "exit_codes.h"
+#include "fencelock/client.h"
+#include "holder_format.h"
+#include "reporter.h"
+
+namespace fencelock::cli {
+namespace {
+
+int report_failure(const Reporter& reporter, const Status& status, const std::string& message) {
+  return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())),
+                       message);
+}
+
+void print_stdout(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int status_command(const StatusArgs& args) {
+  Reporter reporter(args.json);
+  auto key = LockKey::make(args.key);
+  if (!key.ok()) {
+    return reporter.fail(
+        kExitUsage, "usage",
+        fmt::format("invalid KEY: {}; see 'fencelock status --help'", key.status().message()));
+  }
+  BackendChoice backend = choose_backend(args.backend);
+  auto client = Client::connect(backend.uri);
+  if (!client.ok()) {
+    return report_failure(reporter, client.status(),
+                          explain_connect_failure(client.status(), backend));
+  }
+  auto holder = client->inspect(*key);
+  if (!holder.ok()) {
+    return report_failure(reporter, holder.status(), explain_failure(holder.status(), backend));
+  }
+  print_stdout(args.json ? json_line(status_json(args.key, *holder)) + "\n"
+                         : status_text(args.key, *holder));
+  return kExitOk;
+}
+
+int list_command(const ListArgs& args) {
+  Reporter reporter(args.json);
+  BackendChoice backend = choose_backend(args.backend);
+  auto client = Client::connect(backend.uri);
+  if (!client.ok()) {
+    return report_failure(reporter, client.status(),
+                          explain_connect_failure(client.status(), backend));
+  }
+  auto holders = client->list(args.prefix);
+  if (!holders.ok()) {
+    return report_failure(reporter, holders.status(), explain_failure(holders.status(), backend));
+  }
+  if (args.json) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const HolderInfo& h : *holders) array.push_back(holder_json(h));
+    print_stdout(json_line(array) + "\n");
+  } else if (holders->empty()) {
+    print_stdout(args.prefix.empty() ? "no locks held\n"
+                                     : fmt::format("no locks held under '{}'\n", args.prefix));
+  } else {
+    print_stdout(list_table(*holders));
+  }
+  return kExitOk;
+}
+
+}  // namespace fencelock::cli

@@ -1,0 +1,158 @@
+// fencelock: the command line interface. Argument parsing and dispatch only; each command lives
+// in its own file (run_command, inspect_commands). docs/CLI.md is the manual.
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "exit_codes.h"
+#include "inspect_commands.h"
+#include "run_command.h"
+
+#ifndef FENCELOCK_VERSION
+#define FENCELOCK_VERSION "0.1.0"
+#endif
+
+namespace fencelock::cli {
+namespace {
+
+constexpr const char* kFooter = R"(Environment:
+  FENCELOCK_BACKEND  backend URI used when --backend is not given
+                     (default redis://127.0.0.1:6379)
+
+Exit codes:
+  0    success (run: the command's own exit code; 128+N if signal N killed it)
+  64   usage error: bad option, duration, key or backend URI
+  69   backend unavailable (unreachable, no quorum, timed out)
+  70   internal error
+  73   run: the lease was lost while the command ran (it got SIGTERM)
+  75   run: the lock was held by another owner for the whole --wait
+  77   credentials rejected by the backend
+  126  run: the command cannot be executed;  127: not found
+
+See docs/CLI.md for details.
+)";
+
+constexpr const char* kSeeAlso =
+    "Environment and exit codes: fencelock --help; manual: docs/CLI.md\n";
+
+void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
+  command
+      ->add_option("--backend", backend,
+                   "redis://[user:pass@]HOST:PORT[/DB] or redlock://H1:P1,H2:P2,H3:P3 "
+                   "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379)")
+      ->type_name("URI");
+  command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
+}
+
+CLI::App* add_run(CLI::App& app, RunArgs& args) {
+  CLI::App* run = app.add_subcommand("run", "Hold a lock while a command runs");
+  run->footer(
+      "fencelock run [OPTIONS] KEY -- CMD [ARGS...]\n\n"
+      "Takes the lock KEY, runs CMD with FENCELOCK_KEY, FENCELOCK_TOKEN (the fencing token) and\n"
+      "FENCELOCK_BACKEND in its environment, renews the lease while CMD runs and releases it when\n"
+      "CMD exits. Exits with CMD's exit code (128+N if signal N killed it). If the lease is lost,\n"
+      "CMD gets SIGTERM, then SIGKILL after --kill-grace, and fencelock exits 73. SIGINT, "
+      "SIGTERM,\n"
+      "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to CMD.\n\n"
+      "Example:\n  fencelock run --ttl 30s --wait 1m reports/nightly -- ./make-report.sh\n\n" +
+      std::string(kSeeAlso));
+  add_backend_options(run, args.backend, args.json);
+  run->add_option("--ttl", args.ttl, "Lease time to live, e.g. 500ms, 10s, 2m")
+      ->type_name("DUR")
+      ->capture_default_str();
+  run->add_option("--wait", args.wait,
+                  "How long to wait for a held lock (0: try once, exit 75 if held)")
+      ->type_name("DUR")
+      ->capture_default_str();
+  run->add_option("--kill-grace", args.kill_grace,
+                  "After a lost lease, time between SIGTERM and SIGKILL to CMD")
+      ->type_name("DUR")
+      ->capture_default_str();
+  run->add_option("KEY", args.key, "Lock name (1..512 bytes)")->required();
+  run->add_option("CMD", args.command, "Command and its arguments, after '--'");
+  return run;
+}
+
+CLI::App* add_status(CLI::App& app, StatusArgs& args) {
+  CLI::App* status = app.add_subcommand("status", "Show who holds a lock");
+  status->footer(
+      "fencelock status [OPTIONS] KEY\n\n"
+      "Shows the holder of KEY (owner id prefix, host and pid, fencing token, remaining TTL) or\n"
+      "that it is free. Exits 0 either way.\n\n" +
+      std::string(kSeeAlso));
+  add_backend_options(status, args.backend, args.json);
+  status->add_option("KEY", args.key, "Lock name")->required();
+  return status;
+}
+
+CLI::App* add_list(CLI::App& app, ListArgs& args) {
+  CLI::App* list = app.add_subcommand("list", "List held locks");
+  list->footer(
+      "fencelock list [OPTIONS] [PREFIX]\n\n"
+      "Lists the held locks whose key starts with PREFIX (all if omitted), sorted by key.\n\n" +
+      std::string(kSeeAlso));
+  add_backend_options(list, args.backend, args.json);
+  list->add_option("PREFIX", args.prefix, "Key prefix");
+  return list;
+}
+
+std::string usage_hint(const CLI::ParseError& error, const CLI::App* selected, bool is_run) {
+  std::string hint = selected != nullptr
+                         ? fmt::format("see 'fencelock {} --help'", selected->get_name())
+                         : "see 'fencelock --help'";
+  if (is_run && dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    hint = "put the command after '--' (fencelock run KEY -- CMD ARGS...); " + hint;
+  }
+  return hint;
+}
+
+}  // namespace
+
+int main_with_args(int argc, char** argv) {
+  CLI::App app{
+      "fencelock: distributed locks with fencing tokens.\n\n"
+      "fencelock run [OPTIONS] KEY -- CMD [ARGS...]\n"
+      "fencelock status [OPTIONS] KEY\n"
+      "fencelock list [OPTIONS] [PREFIX]\n",
+      "fencelock"};
+  app.set_version_flag("--version", FENCELOCK_VERSION);
+  app.require_subcommand(1);
+  app.footer(kFooter);
+
+  RunArgs run_args;
+  StatusArgs status_args;
+  ListArgs list_args;
+  CLI::App* run = add_run(app, run_args);
+  CLI::App* status = add_status(app, status_args);
+  CLI::App* list = add_list(app, list_args);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    const CLI::App* selected = nullptr;
+    for (const CLI::App* command : {run, status, list}) {
+      if (command->parsed()) selected = command;
+    }
+    std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
+                           usage_hint(error, selected, selected == run))
+                   .c_str(),
+               stderr);
+    return kExitUsage;
+  }
+  if (run->parsed()) return run_command(run_args);
+  if (status->parsed()) return status_command(status_args);
+  return list_command(list_args);
+}
+
+}  // namespace fencelock::cli
+
+int main(int argc, char** argv) {
+  // A write to a server connection the peer closed must fail with EPIPE, not kill fencelock (and
+  // leave `run`'s command unsupervised). The command gets the default disposition back.
+  std::signal(SIGPIPE, SIG_IGN);
+  return fencelock::cli::main_with_args(argc, argv);
+}

@@ -1,0 +1,245 @@
+#include "run_command.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "acquisition.h"
+#include "backend_choice.h"
+#include "core/duration.h"
+#include "duration_option.h"
+#include "exit_codes.h"
+#include "fencelock/client.h"
+#include "reporter.h"
+#include "signals.h"
+#include "supervisor.h"
+#include "unique_fd.h"
+
+extern char** environ;
+
+namespace fencelock::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct RunSettings {
+  LockKey key;
+  AcquireOptions acquire;
+  milliseconds kill_grace;
+};
+
+std::string host_name() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+std::string_view base_name(std::string_view path) {
+  auto slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// Shown by `fencelock status` and `list`. Only the program name of the command: its arguments may
+// hold secrets.
+std::string holder_metadata(const std::vector<std::string>& command) {
+  nlohmann::json meta = {{"host", host_name()},
+                         {"pid", static_cast<long>(getpid())},
+                         {"program", "fencelock run"},
+                         {"command", std::string(base_name(command.front()))}};
+  return json_line(meta);
+}
+
+// The inherited environment with our three variables set (an inherited FENCELOCK_BACKEND, which
+// may hold a password, is replaced by the description without one).
+std::vector<std::string> command_environment(const Lease& lease, const std::string& backend) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view e(*entry);
+    if (e.starts_with("FENCELOCK_KEY=") || e.starts_with("FENCELOCK_TOKEN=") ||
+        e.starts_with("FENCELOCK_BACKEND=")) {
+      continue;
+    }
+    env.emplace_back(e);
+  }
+  env.push_back("FENCELOCK_KEY=" + lease.key().str());
+  env.push_back(fmt::format("FENCELOCK_TOKEN={}", lease.token().value()));
+  env.push_back("FENCELOCK_BACKEND=" + backend);
+  return env;
+}
+
+// Checks every argument before any connection is made, so usage errors never need a backend.
+Result<RunSettings> parse_settings(const RunArgs& args) {
+  auto key = LockKey::make(args.key);
+  if (!key.ok()) {
+    return Status(Code::kInvalidArgument, fmt::format("invalid KEY: {}", key.status().message()));
+  }
+  auto ttl = parse_duration_option("--ttl", args.ttl);
+  if (!ttl.ok()) return ttl.status();
+  if (ttl->count() <= 0) {
+    return Status(Code::kInvalidArgument, "--ttl must be greater than 0 (e.g. --ttl 10s)");
+  }
+  auto wait = parse_duration_option("--wait", args.wait);
+  if (!wait.ok()) return wait.status();
+  auto grace = parse_duration_option("--kill-grace", args.kill_grace);
+  if (!grace.ok()) return grace.status();
+  if (args.command.empty() || args.command.front().empty()) {
+    return Status(Code::kInvalidArgument,
+                  "missing command: use fencelock run [OPTIONS] KEY -- CMD [ARGS...]");
+  }
+  RunSettings settings{std::move(key).value(), AcquireOptions{}, *grace};
+  settings.acquire.ttl = *ttl;
+  settings.acquire.wait = *wait;
+  settings.acquire.metadata = holder_metadata(args.command);
+  return settings;
+}
+
+std::string not_acquired_message(const Status& status, milliseconds wait) {
+  if (wait.count() == 0) {
+    return status.to_string() +
+           "; not acquired (pass --wait DUR to wait for it); the command was not run";
+  }
+  return fmt::format("{}; not acquired within {}; the command was not run", status.to_string(),
+                     detail::format_duration(wait));
+}
+
+// Runs the command under `lease` until it exits; returns the exit code of fencelock run.
+int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Lease& lease,
+                          const std::string& backend, SignalChannel& signals,
+                          const Reporter& reporter) {
+  const std::string& key = settings.key.str();
+  const std::string& program = args.command.front();
+  nlohmann::json summary = {{"key", key}, {"token", lease.token().value()}, {"backend", backend}};
+
+  // Shared with the on_lost callback, which may outlive this frame inside the lease state.
+  auto lost_fd = std::make_shared<UniqueFd>(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!lost_fd->valid()) {
+    Status released = lease.release();
+    (void)released;
+    return reporter.fail(kExitSoftware, "internal",
+                         fmt::format("cannot open an eventfd: {}", std::strerror(errno)), summary);
+  }
+  lease.on_lost([lost_fd] {
+    std::uint64_t one = 1;
+    ssize_t ignored = ::write(lost_fd->get(), &one, sizeof one);
+    (void)ignored;
+  });
+  if (lease.is_lost()) {
+    return reporter.fail(kExitLeaseLost, "lease_lost",
+                         fmt::format("lease on '{}' was lost before {} could start; the command "
+                                     "was not run",
+                                     key, program),
+                         summary);
+  }
+
+  Spawned child =
+      spawn_command(args.command, command_environment(lease, backend), signals.original_mask());
+  if (child.pid < 0) {
+    Status released = lease.release();
+    (void)released;
+    int code = child.exec_errno == ENOENT ? kExitNotFound : kExitCannotExecute;
+    return reporter.fail(
+        code, "exec", fmt::format("cannot run '{}': {}", program, std::strerror(child.exec_errno)),
+        summary);
+  }
+
+  SupervisionHooks hooks;
+  hooks.on_lease_lost = [&] {
+    reporter.note(fmt::format(
+        "lease on '{}' lost (token {}): it could not be renewed and may already belong to "
+        "another holder; sent SIGTERM to {} (pid {}), SIGKILL follows in {}",
+        key, lease.token().value(), program, child.pid,
+        detail::format_duration(settings.kill_grace)));
+  };
+  hooks.on_kill = [&] {
+    reporter.note(fmt::format("{} (pid {}) did not exit within {} of SIGTERM; sent SIGKILL",
+                              program, child.pid, detail::format_duration(settings.kill_grace)));
+  };
+  ChildExit exit =
+      supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace, hooks);
+
+  const int command_code = shell_exit_code(exit.wait_status);
+  // Lost after the command's last moment but before we saw it exit: it may have run unprotected.
+  const bool lost = exit.lease_lost || lease.is_lost();
+  if (lost && !exit.lease_lost) {
+    reporter.note(
+        fmt::format("lease on '{}' was lost while {} ran; it exited with {} before "
+                    "fencelock could stop it",
+                    key, program, command_code));
+  }
+  Status released = lease.release();
+  if (!released.ok() && !lost) {
+    reporter.note(fmt::format("warning: could not release '{}': {}; it expires by its TTL", key,
+                              released.to_string()));
+    summary["release_error"] = released.to_string();
+  }
+
+  const int code = lost ? kExitLeaseLost : command_code;
+  if (reporter.json()) {
+    summary["exit_code"] = code;
+    summary["command_exit_code"] = command_code;
+    summary["lease_lost"] = lost;
+    summary["killed"] = exit.sent_sigkill;
+    std::fputs((json_line(summary) + "\n").c_str(), stderr);
+  }
+  return code;
+}
+
+}  // namespace
+
+int run_command(const RunArgs& args) {
+  Reporter reporter(args.json);
+  nlohmann::json fields = {{"key", args.key}};
+  auto settings = parse_settings(args);
+  if (!settings.ok()) {
+    return reporter.fail(kExitUsage, "usage",
+                         settings.status().message() + "; see 'fencelock run --help'", fields);
+  }
+  BackendChoice backend = choose_backend(args.backend);
+
+  // Before Client::connect() starts the library's threads (SignalChannel's contract).
+  auto signals = SignalChannel::open();
+  if (!signals.ok()) {
+    return reporter.fail(kExitSoftware, "internal", signals.status().to_string(), fields);
+  }
+  Acquisition got = connect_and_acquire(backend.uri, settings->key, settings->acquire, *signals);
+  if (got.interrupted_by != 0) {
+    if (got.lease && got.lease->ok()) {
+      Status released = got.lease->value().release();
+      (void)released;
+    }
+    return reporter.fail(kExitSignalBase + got.interrupted_by, "interrupted",
+                         fmt::format("interrupted by {} while acquiring '{}'; the command was "
+                                     "not run and nothing is held",
+                                     signal_name(got.interrupted_by), args.key),
+                         fields);
+  }
+  if (!got.client->ok()) {
+    const Status status = got.client->status();
+    return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())),
+                         explain_connect_failure(status, backend) + "; the command was not run",
+                         fields);
+  }
+  if (!got.lease->ok()) {
+    const Status status = got.lease->status();
+    std::string message = status.code() == Code::kLocked
+                              ? not_acquired_message(status, settings->acquire.wait)
+                              : explain_failure(status, backend) + "; the command was not run";
+    return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())),
+                         message, fields);
+  }
+  return supervise_under_lease(args, *settings, got.lease->value(), got.client->value().describe(),
+                               *signals, reporter);
+}
+
+}  // namespace fencelock::cli

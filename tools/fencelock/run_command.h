@@ -1,0 +1,27 @@
+// `fencelock run KEY -- CMD [ARGS...]`: hold a lock around a command.
+//
+// Takes the lock, starts CMD with FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_BACKEND in its
+// environment, lets the library renew the lease while CMD runs, and releases it once CMD has
+// exited. If the lease is lost, CMD gets SIGTERM, then SIGKILL after the kill grace. See
+// docs/CLI.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fencelock::cli {
+
+struct RunArgs {
+  std::string backend;  // --backend; empty: $FENCELOCK_BACKEND, then the default
+  bool json = false;
+  std::string ttl = "10s";
+  std::string wait = "0s";
+  std::string kill_grace = "5s";
+  std::string key;
+  std::vector<std::string> command;
+};
+
+// Returns the process exit code (exit_codes.h, or the command's own).
+int run_command(const RunArgs& args);
+
+}  // namespace fencelock::cli

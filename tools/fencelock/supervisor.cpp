@@ -1,0 +1,131 @@
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <optional>
+
+#include "exit_codes.h"
+
+namespace fencelock::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Between fork() and exec() in a multi-threaded process only async-signal-safe calls are allowed:
+// everything the child needs was prepared before fork().
+[[noreturn]] void exec_in_child(char* const* argv, char* const* envp, const sigset_t& mask,
+                                int error_pipe) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGPIPE, &dfl, nullptr);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  execvpe(argv[0], argv, envp);
+  int err = errno;
+  ssize_t ignored = ::write(error_pipe, &err, sizeof err);
+  (void)ignored;
+  _exit(kExitNotFound);
+}
+
+bool terminal_sent(const signalfd_siginfo& info) { return info.ssi_code == SI_KERNEL; }
+
+void drain_eventfd(int fd) {
+  std::uint64_t value = 0;
+  while (::read(fd, &value, sizeof value) < 0 && errno == EINTR) {
+  }
+}
+
+int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
+  if (!deadline) return -1;
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+  return left.count() < 0 ? 0 : static_cast<int>(left.count());
+}
+
+}  // namespace
+
+Spawned spawn_command(const std::vector<std::string>& argv,
+                      const std::vector<std::string>& environment, const sigset_t& child_mask) {
+  std::vector<char*> c_argv = c_strings(argv);
+  std::vector<char*> c_env = c_strings(environment);
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {-1, errno};
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+
+  pid_t pid = fork();
+  if (pid < 0) return {-1, errno};
+  if (pid == 0) exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get());
+
+  write_end.reset();
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(read_end.get(), &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof exec_errno)) return {pid, 0};  // EOF: exec succeeded
+  while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return {-1, exec_errno};
+}
+
+ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
+                            std::chrono::milliseconds kill_grace, const SupervisionHooks& hooks) {
+  ChildExit result;
+  std::optional<Clock::time_point> kill_at;
+  for (;;) {
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost_fd, POLLIN, 0}};
+    // Lease loss is acted on once; after that only the command's exit matters.
+    nfds_t count = result.lease_lost ? 1 : 2;
+    int ready = ::poll(fds, count, result.sent_sigkill ? -1 : poll_timeout_ms(kill_at));
+    if (ready < 0 && errno != EINTR) {
+      // poll() fails only on programming errors; do not leave the command running unsupervised.
+      ::kill(pid, SIGKILL);
+      kill_at.reset();
+      result.sent_sigkill = true;
+    }
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      for (const signalfd_siginfo& info : signals.drain()) {
+        int signo = static_cast<int>(info.ssi_signo);
+        if (signo != SIGCHLD && !terminal_sent(info)) ::kill(pid, signo);
+      }
+    }
+    int status = 0;
+    pid_t reaped = waitpid(pid, &status, WNOHANG);
+    if (reaped == pid) {
+      result.wait_status = status;
+      return result;
+    }
+    if (ready > 0 && count == 2 && (fds[1].revents & POLLIN)) {
+      drain_eventfd(lost_fd);
+      result.lease_lost = true;
+      ::kill(pid, SIGTERM);
+      kill_at = Clock::now() + kill_grace;
+      if (hooks.on_lease_lost) hooks.on_lease_lost();
+    }
+    if (kill_at && !result.sent_sigkill && Clock::now() >= *kill_at) {
+      ::kill(pid, SIGKILL);
+      result.sent_sigkill = true;
+      if (hooks.on_kill) hooks.on_kill();
+    }
+  }
+}
+
+int shell_exit_code(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return kExitSignalBase + WTERMSIG(wait_status);
+  return kExitSoftware;
+}
+
+}  // namespace fencelock::cli
