@@ -117,6 +117,49 @@ TEST_F(RedlockFaults, AForeignRedlockHolderExcludesUsAndIsShownByInspect) {
   EXPECT_EQ((*holder)->token.value(), 0u);  // a foreign client issues no token
 }
 
+// Fair waiting: waiters from different Clients are granted in the order they arrived, on every
+// instance alike, and one that gives up leaves the line.
+TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
+  constexpr int kWaiters = 4;
+  Client holder = connect_or_throw(cluster_->redlock_uri());
+  auto held = holder.acquire(key("fifo"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::vector<Client> clients;
+  for (int i = 0; i < kWaiters + 1; ++i) clients.push_back(connect_or_throw(cluster_->redlock_uri()));
+  auto queued = [&] { return std::stoi((*cluster_)[0].command({"ZCARD", detail::redis::queue_key("fifo")})); };
+  auto wait_for_queue = [&](int n) {
+    auto until = Clock::now() + 10s;
+    while (queued() != n && Clock::now() < until) std::this_thread::sleep_for(2ms);
+    return queued() == n;
+  };
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto lease = clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
+      if (!lease.ok()) return;
+      std::lock_guard lock(mu);
+      order.push_back(i);
+    });
+    ASSERT_TRUE(wait_for_queue(i + 1)) << "waiter " << i << " did not queue";
+    std::this_thread::sleep_for(2ms);  // tickets have millisecond resolution
+  }
+  // One more waiter that gives up: its place must not block the line.
+  std::stop_source cancel;
+  std::thread quitter([&] {
+    (void)clients[kWaiters].acquire(key("fifo"), {.ttl = 5s, .wait = 30s, .stop = cancel.get_token()});
+  });
+  ASSERT_TRUE(wait_for_queue(kWaiters + 1));
+  cancel.request_stop();
+  quitter.join();
+  EXPECT_EQ(queued(), kWaiters);
+  ASSERT_TRUE(held->release().ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(queued(), 0);
+}
+
 TEST(RedisFaults, AServerKilledUnderAHeldLeaseFiresLostInTime) {
   auto server = RedisServer::start();
   Client client = connect_or_throw(server->uri(), {.io_timeout = 200ms});
