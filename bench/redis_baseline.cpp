@@ -48,7 +48,13 @@ RedisBaseline::~RedisBaseline() {
 
 std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContext*>& targets,
                                                    const std::string& command) {
-  for (auto* c : targets) redisAppendFormattedCommand(c, command.data(), command.size());
+  for (auto* c : targets) {
+    redisAppendFormattedCommand(c, command.data(), command.size());
+    int done = 0;  // write now: redisGetReply would only flush a context when reading from it
+    while (!done) {
+      if (redisBufferWrite(c, &done) == REDIS_ERR) throw std::runtime_error("baseline lost a connection");
+    }
+  }
   std::vector<redisReply*> replies;
   for (auto* c : targets) {
     void* reply = nullptr;
@@ -60,30 +66,39 @@ std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContex
 
 bool RedisBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
-  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "5", keys::lock_key(key),
+  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "6", keys::lock_key(key),
                                         keys::fence_key(key), keys::holder_key(key), keys::queue_key(key),
-                                        keys::queue_expiry_key(key), owner, "10000", "{}", "0", "0"});
+                                        keys::queue_expiry_key(key), keys::queue_wake_key(key), owner, "10000",
+                                        "{}", "0", "0", ""});
   std::vector<redisContext*> granted;
+  std::vector<long long> counters;
   long long token = 0;
   auto replies = everywhere(contexts_, acquire);
   for (std::size_t i = 0; i < replies.size(); ++i) {
     redisReply* r = replies[i];
     if (r->type == REDIS_REPLY_ARRAY && r->element[0]->integer == 1) {
       granted.push_back(contexts_[i]);
+      counters.push_back(r->element[1]->integer);
       token = std::max(token, r->element[1]->integer);
     }
     freeReplyObject(r);
   }
   bool ok = granted.size() * 2 > contexts_.size();
-  if (ok && contexts_.size() > 1) {
+  // Round 2 only on instances behind the chosen token, as the protocol does.
+  std::vector<redisContext*> behind;
+  for (std::size_t i = 0; i < granted.size(); ++i) {
+    if (counters[i] < token) behind.push_back(granted[i]);
+  }
+  granted = behind;
+  if (ok && !granted.empty()) {
     std::string raise = format_command({"EVALSHA", std::string(lua::raise_fence_sha1), "3", keys::lock_key(key),
                                         keys::fence_key(key), keys::holder_key(key), owner,
                                         std::to_string(token)});
     for (auto* r : everywhere(granted, raise)) freeReplyObject(r);
   }
-  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "4", keys::lock_key(key),
+  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "5", keys::lock_key(key),
                                         keys::holder_key(key), keys::queue_key(key), keys::queue_expiry_key(key),
-                                        owner, keys::release_channel(key), "1"});
+                                        keys::queue_wake_key(key), owner, "1"});
   for (auto* r : everywhere(contexts_, release)) freeReplyObject(r);
   return ok;
 }

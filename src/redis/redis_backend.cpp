@@ -56,7 +56,7 @@ class RedlockBackend final : public Backend {
   RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description)
       : options_(options),
         description_(std::move(description)),
-        hub_(specs, options.connect_timeout) {
+        hub_(specs, wake_channel(OwnerId::random().hex()), options.connect_timeout) {
     for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
   }
 
@@ -71,9 +71,11 @@ class RedlockBackend final : public Backend {
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
     std::string cmd = evalsha(lua::acquire_sha1,
-                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k)},
+                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
+                               queue_wake_key(k)},
                               {owner, std::to_string(req.ttl.count()), req.metadata,
-                               std::to_string(req.queue_for.count()), std::to_string(req.ticket)});
+                               std::to_string(req.queue_for.count()), std::to_string(req.ticket),
+                               hub_.wake_channel()});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline);
     Round1 r1 = tally_round1(calls);
@@ -81,7 +83,7 @@ class RedlockBackend final : public Backend {
     Status failure;
     if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
       std::optional<FencingToken> token = select_token(r1.counters);
-      Status confirmed = n() == 1 ? Status::Ok() : round2(req, owner, *token, r1.granted, validity);
+      Status confirmed = round2(req, owner, *token, r1, validity);
       if (confirmed.ok() && Clock::now() < validity) {
         return TryResult{Status::Ok(), Grant{*token, validity}, milliseconds(0)};
       }
@@ -102,8 +104,8 @@ class RedlockBackend final : public Backend {
     return TryResult{failure, std::nullopt, retry};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId& owner) override {
-    return hub_.watch(release_channel(key.str()), owner.hex());
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId& owner) override {
+    return hub_.watch(owner.hex());
   }
 
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
@@ -163,8 +165,9 @@ class RedlockBackend final : public Backend {
 
   Status release_keys(const LockKey& key, const OwnerId& owner, Clock::time_point deadline, bool leave_queue) {
     const std::string& k = key.str();
-    std::string cmd = evalsha(lua::release_sha1, {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k)},
-                              {owner.hex(), release_channel(k), leave_queue ? "1" : "0"});
+    std::string cmd = evalsha(lua::release_sha1,
+                              {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
+                              {owner.hex(), leave_queue ? "1" : "0"});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, deadline);
     int answered = 0;
@@ -249,19 +252,27 @@ class RedlockBackend final : public Backend {
     return r;
   }
 
-  // Round 2: raise the counter on the granting instances to the chosen token (max-register).
+  // Round 2: raise the counter to the chosen token on the granting instances whose counter is
+  // below it (max-register write-back). An instance whose counter already equals the token is
+  // confirmed by round 1 itself (counters only grow), so when the instances are in step (the
+  // usual case, and always for N = 1) round 2 sends nothing and costs no round trip.
   Status round2(const GrantRequest& req, const std::string& owner, FencingToken token,
-                const std::vector<int>& granted, Clock::time_point validity) {
+                const Round1& r1, Clock::time_point validity) {
+    int confirmed = 0;
+    std::vector<InstanceCall> calls;
     const std::string& k = req.key.str();
     std::string cmd = evalsha(lua::raise_fence_sha1, {lock_key(k), fence_key(k), holder_key(k)},
                               {owner, std::to_string(token.value())});
-    std::vector<InstanceCall> calls(granted.size());
-    for (std::size_t i = 0; i < granted.size(); ++i) {
-      calls[i].instance = instances_[static_cast<std::size_t>(granted[i])].get();
-      calls[i].commands.push_back(&cmd);
+    for (std::size_t i = 0; i < r1.granted.size(); ++i) {
+      if (r1.counters[i] == token.value()) {
+        confirmed++;
+        continue;
+      }
+      InstanceCall& call = calls.emplace_back();
+      call.instance = instances_[static_cast<std::size_t>(r1.granted[i])].get();
+      call.commands.push_back(&cmd);
     }
-    fan_out(calls, validity);
-    int confirmed = 0;
+    if (!calls.empty()) fan_out(calls, validity);
     for (auto& call : calls) {
       if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER && call.replies[0]->integer == 1) {
         confirmed++;

@@ -10,98 +10,74 @@ namespace fencelock::detail::redis {
 
 class HubWatch final : public ReleaseWatch {
  public:
-  HubWatch(ReleaseHub& hub, std::string channel, std::string owner, std::uint64_t seen)
-      : hub_(hub), channel_(std::move(channel)), owner_(std::move(owner)), seen_(seen) {}
-  ~HubWatch() override { hub_.remove(channel_); }
+  HubWatch(ReleaseHub& hub, std::string owner, std::uint64_t seen)
+      : hub_(hub), owner_(std::move(owner)), seen_(seen) {}
+  ~HubWatch() override { hub_.forget(owner_); }
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
-    return hub_.wait_release(channel_, owner_, seen_, until, std::move(stop));
+    return hub_.wait_wake(owner_, seen_, until, std::move(stop));
   }
 
  private:
   ReleaseHub& hub_;
-  std::string channel_;
   std::string owner_;
   std::uint64_t seen_;
 };
 
-ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, milliseconds confirm_timeout)
-    : confirm_timeout_(confirm_timeout), instances_(std::move(instances)) {}
+ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_channel,
+                       milliseconds confirm_timeout)
+    : wake_channel_(std::move(wake_channel)),
+      confirm_timeout_(confirm_timeout),
+      instances_(std::move(instances)) {}
 
 ReleaseHub::~ReleaseHub() { subscribers_.clear(); }
 
-std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& channel, const std::string& owner) {
-  add(channel);
+std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
   std::call_once(started_, [&] {
     for (std::size_t i = 0; i < instances_.size(); ++i) {
       subscribers_.push_back(std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
     }
   });
-  for (auto& s : subscribers_) s->poke();
   std::unique_lock lock(mu_);
-  Channel& ch = channels_[channel];
+  wakes_.emplace(owner, 0);
   // Wait until every instance was tried once and every connected one confirmed (instances that
   // are down cannot publish to us either; the holder's TTL is the fallback for them).
   changed_.wait_for(lock, confirm_timeout_, [&] {
-    const std::set<int>& on = subscribed_on_[channel];
     return attempted_.size() == instances_.size() &&
-           std::includes(on.begin(), on.end(), connected_.begin(), connected_.end());
+           std::includes(subscribed_on_.begin(), subscribed_on_.end(), connected_.begin(),
+                         connected_.end());
   });
-  return std::make_unique<HubWatch>(*this, channel, owner, events_for(ch, owner));
+  return std::make_unique<HubWatch>(*this, owner, events_for(owner));
 }
 
-void ReleaseHub::add(const std::string& channel) {
+void ReleaseHub::forget(const std::string& owner) {
   std::lock_guard lock(mu_);
-  channels_[channel].watchers++;
+  wakes_.erase(owner);
 }
 
-void ReleaseHub::remove(const std::string& channel) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = channels_.find(channel);
-    if (--it->second.watchers > 0) return;
-    channels_.erase(it);
-  }
-  for (auto& s : subscribers_) s->poke();
+std::uint64_t ReleaseHub::events_for(const std::string& owner) const {
+  auto it = wakes_.find(owner);
+  return reconnects_ + (it == wakes_.end() ? 0 : it->second);
 }
 
-std::uint64_t ReleaseHub::events_for(Channel& ch, const std::string& owner) const {
-  auto it = ch.addressed.find(owner);
-  return ch.releases + reconnects_ + (it == ch.addressed.end() ? 0 : it->second);
-}
-
-bool ReleaseHub::wait_release(const std::string& channel, const std::string& owner,
-                              std::uint64_t& seen, Clock::time_point until, std::stop_token stop) {
+bool ReleaseHub::wait_wake(const std::string& owner, std::uint64_t& seen, Clock::time_point until,
+                           std::stop_token stop) {
   std::unique_lock lock(mu_);
-  Channel& ch = channels_[channel];
-  auto now_seen = [&] { return events_for(ch, owner); };
-  bool woke = changed_.wait_until(lock, stop, until, [&] { return now_seen() != seen; });
-  seen = now_seen();
+  bool woke = changed_.wait_until(lock, stop, until, [&] { return events_for(owner) != seen; });
+  seen = events_for(owner);
   return woke;
 }
 
-void ReleaseHub::on_subscribed(int instance, const std::string& channel) {
+void ReleaseHub::on_subscribed(int instance) {
   std::lock_guard lock(mu_);
-  subscribed_on_[channel].insert(instance);
+  subscribed_on_.insert(instance);
   changed_.notify_all();
 }
 
-void ReleaseHub::on_unsubscribing(int instance, const std::string& channel) {
+void ReleaseHub::on_message(const std::string& payload) {
   std::lock_guard lock(mu_);
-  auto it = subscribed_on_.find(channel);
-  if (it == subscribed_on_.end()) return;
-  it->second.erase(instance);
-  if (it->second.empty()) subscribed_on_.erase(it);
-}
-
-void ReleaseHub::on_message(const std::string& channel, const std::string& payload) {
-  std::lock_guard lock(mu_);
-  auto it = channels_.find(channel);
-  if (it == channels_.end()) return;
-  if (payload.empty()) {
-    it->second.releases++;
-  } else {
-    it->second.addressed[payload]++;  // only that waiter wakes; the others keep sleeping
-  }
+  auto it = wakes_.find(payload);
+  if (it == wakes_.end()) return;  // that waiter already left (or the message is a duplicate)
+  it->second++;
   changed_.notify_all();
 }
 
@@ -118,20 +94,10 @@ void ReleaseHub::on_connection(int instance, bool up) {
     connected_.insert(instance);
   } else {
     connected_.erase(instance);
-    for (auto it = subscribed_on_.begin(); it != subscribed_on_.end();) {
-      it->second.erase(instance);
-      it = it->second.empty() ? subscribed_on_.erase(it) : std::next(it);
-    }
+    subscribed_on_.erase(instance);
   }
-  reconnects_++;  // every waiter retries once: a release may have gone unheard
+  reconnects_++;  // every waiter retries once: a wake-up may have gone unheard
   changed_.notify_all();
-}
-
-std::set<std::string> ReleaseHub::wanted() const {
-  std::lock_guard lock(mu_);
-  std::set<std::string> out;
-  for (const auto& [name, _] : channels_) out.insert(name);
-  return out;
 }
 
 Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)
@@ -142,12 +108,12 @@ Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)
 
 Subscriber::~Subscriber() {
   thread_.request_stop();
-  poke();
+  wake();
   if (thread_.joinable()) thread_.join();
   close(wake_fd_);
 }
 
-void Subscriber::poke() {
+void Subscriber::wake() {
   std::uint64_t one = 1;
   ssize_t n = write(wake_fd_, &one, sizeof one);
   (void)n;
@@ -168,84 +134,32 @@ void Subscriber::run(std::stop_token stop) {
     backoff = std::clamp(backoff * 2, milliseconds(25), milliseconds(1000));
     pollfd pfd{wake_fd_, POLLIN, 0};
     poll(&pfd, 1, static_cast<int>(backoff.count()));  // wait out the backoff, or until stopped
-    std::uint64_t drained;
-    ssize_t n = read(wake_fd_, &drained, sizeof drained);
-    (void)n;
-  }
-}
-
-// Sends SUBSCRIBE / UNSUBSCRIBE so that the channels asked for match what the hub wants.
-bool Subscriber::reconcile(redisContext* c, std::map<std::string, Sent>& sent) {
-  std::set<std::string> wanted = hub_.wanted();
-  std::vector<std::string> add = {"SUBSCRIBE"};
-  std::vector<std::string> drop = {"UNSUBSCRIBE"};
-  for (const auto& channel : wanted) {
-    auto it = sent.find(channel);
-    if (it == sent.end() || !it->second.subscribe) add.push_back(channel);
-  }
-  for (const auto& [channel, state] : sent) {
-    if (state.subscribe && !wanted.contains(channel)) drop.push_back(channel);
-  }
-  for (std::size_t i = 1; i < add.size(); ++i) {
-    Sent& s = sent[add[i]];
-    s.unanswered++;
-    s.subscribe = true;
-  }
-  for (std::size_t i = 1; i < drop.size(); ++i) {
-    hub_.on_unsubscribing(index_, drop[i]);  // before sending: a stale confirmation must not count
-    Sent& s = sent[drop[i]];
-    s.unanswered++;
-    s.subscribe = false;
-  }
-  for (auto* cmd : {&add, &drop}) {
-    if (cmd->size() == 1) continue;
-    std::string wire = format_command(*cmd);
-    redisAppendFormattedCommand(c, wire.data(), wire.size());
-  }
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
-  }
-  return true;
-}
-
-void Subscriber::on_reply(std::string_view kind, const std::string& channel,
-                          std::map<std::string, Sent>& sent) {
-  if (kind == "message") return;
-  auto it = sent.find(channel);
-  if (it == sent.end() || --it->second.unanswered > 0) return;  // a newer command is in flight
-  if (it->second.subscribe) {
-    hub_.on_subscribed(index_, channel);
-  } else {
-    sent.erase(it);
   }
 }
 
 bool Subscriber::serve(std::stop_token stop, redisContext* c) {
-  std::map<std::string, Sent> sent;
+  std::string subscribe = format_command({"SUBSCRIBE", hub_.wake_channel()});
+  redisAppendFormattedCommand(c, subscribe.data(), subscribe.size());
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
+  }
   while (!stop.stop_requested()) {
-    if (!reconcile(c, sent)) return false;
     pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) continue;
-    if (fds[1].revents) {
-      std::uint64_t drained;
-      ssize_t n = read(wake_fd_, &drained, sizeof drained);
-      (void)n;
-    }
-    if (fds[0].revents == 0) continue;
+    if (poll(fds, 2, -1) < 0 || fds[0].revents == 0) continue;
     if (redisBufferRead(c) == REDIS_ERR) return false;
     while (true) {
       void* raw = nullptr;
       if (redisGetReplyFromReader(c, &raw) == REDIS_ERR) return false;
       if (raw == nullptr) break;
       Reply reply(static_cast<redisReply*>(raw));
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2) continue;
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) continue;
       std::string_view kind(reply->element[0]->str, reply->element[0]->len);
-      std::string channel(reply->element[1]->str, reply->element[1]->len);
-      if (kind == "message" && reply->elements == 3) {
-        hub_.on_message(channel, std::string(reply->element[2]->str, reply->element[2]->len));
+      if (kind == "subscribe") {
+        hub_.on_subscribed(index_);
+      } else if (kind == "message") {
+        hub_.on_message(std::string(reply->element[2]->str, reply->element[2]->len));
       }
-      on_reply(kind, channel, sent);
     }
   }
   return true;

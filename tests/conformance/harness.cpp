@@ -43,12 +43,11 @@ class RedisHarness final : public Harness {
     for (int i = 0; i < cluster_->size(); ++i) most = std::max(most, (*cluster_)[i].command_count("evalsha"));
     return most;
   }
+  // Waiters in the key's wait queue (each remote waiter takes one place).
   long long server_waiters(const std::string& key) override {
     long long most = 0;
     for (int i = 0; i < cluster_->size(); ++i) {
-      std::string reply = (*cluster_)[i].command({"PUBSUB", "NUMSUB", detail::redis::release_channel(key)});
-      // "channel\nCOUNT"
-      most = std::max(most, std::atoll(reply.substr(reply.rfind('\n') + 1).c_str()));
+      most = std::max(most, std::atoll((*cluster_)[i].command({"ZCARD", detail::redis::queue_key(key)}).c_str()));
     }
     return most;
   }

@@ -1,10 +1,12 @@
 -- Round 1 of an acquisition on one instance (DESIGN.md 3.1), with a fair FIFO wait queue.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] holder info,
--- KEYS[4] queue (zset: owner -> ticket), KEYS[5] queue expiry (zset: owner -> server ms)
+-- KEYS[4] queue (zset: owner -> ticket), KEYS[5] queue expiry (zset: owner -> server ms),
+-- KEYS[6] queue wake channels (hash: owner -> the waiter Client's wake channel)
 -- ARGV[1] owner id, ARGV[2] ttl in ms, ARGV[3] holder metadata (JSON text),
 -- ARGV[4] how long to keep a place in the queue in ms (0: do not queue, e.g. try-once),
 -- ARGV[5] ticket: the waiter's place (the same on every instance, so every instance agrees on
---         who is first; ties are broken by owner id, as zsets order equal scores)
+--         who is first; ties are broken by owner id, as zsets order equal scores),
+-- ARGV[6] the waiter Client's wake channel
 -- Returns {1, counter} when granted (the counter only grows), {0, retry_ms} when not: the
 -- holder's PTTL, or, when the lock is free but reserved for an earlier waiter, how long that
 -- waiter's place lasts.
@@ -15,12 +17,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
   redis.call('ZREM', KEYS[4], stale)
   redis.call('ZREM', KEYS[5], stale)
+  redis.call('HDEL', KEYS[6], stale)
 end
 local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 if (head == nil or head == owner) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
   if head ~= nil then
     redis.call('ZREM', KEYS[4], owner)
     redis.call('ZREM', KEYS[5], owner)
+    redis.call('HDEL', KEYS[6], owner)
   end
   local counter = redis.call('INCR', KEYS[2])
   redis.call('SET', KEYS[3], counter .. ' ' .. ARGV[3], 'PX', ARGV[2])
@@ -30,8 +34,10 @@ local queue_ms = tonumber(ARGV[4])
 if queue_ms > 0 then
   redis.call('ZADD', KEYS[4], ARGV[5], owner)
   redis.call('ZADD', KEYS[5], now + queue_ms, owner)
-  redis.call('PEXPIRE', KEYS[4], queue_ms * 2)
-  redis.call('PEXPIRE', KEYS[5], queue_ms * 2)
+  redis.call('HSET', KEYS[6], owner, ARGV[6])
+  for i = 4, 6 do
+    redis.call('PEXPIRE', KEYS[i], queue_ms * 2)
+  end
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 and head ~= nil then
