@@ -185,11 +185,10 @@ TEST_F(CliRun, SigintWhileWaitingCancelsWithoutRunningTheCommand) {
   ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "--wait", "60s",
                                 "interrupt-wait", "--", "touch", path("ran")},
                                path("stdout"), path("stderr"));
-  // Waiters subscribe to the key's release channel: once the server shows the subscription,
-  // fencelock is inside its wait (and its signals are blocked, so SIGINT reaches its handler).
+  // A waiter takes a place in the key's wait queue: once the server shows it, fencelock is
+  // inside its wait (and its signals are blocked, so SIGINT reaches its handler).
   ASSERT_TRUE(wait_until([&] {
-    return server_->command({"PUBSUB", "NUMSUB", "fencelock:{interrupt-wait}:released"}) ==
-           "fencelock:{interrupt-wait}:released\n1";
+    return server_->command({"ZCARD", "fencelock:{interrupt-wait}:queue"}) == "1";
   })) << read_file(path("stderr"));
   cli.signal(SIGINT);
   auto code = cli.wait_for(15s);
@@ -198,6 +197,8 @@ TEST_F(CliRun, SigintWhileWaitingCancelsWithoutRunningTheCommand) {
   EXPECT_THAT(read_file(path("stderr")), HasSubstr("interrupted by SIGINT"));
   EXPECT_FALSE(file_exists(path("ran")));
   EXPECT_FALSE(lease->is_lost());
+  EXPECT_EQ(server_->command({"ZCARD", "fencelock:{interrupt-wait}:queue"}), "0")
+      << "the interrupted waiter kept its place in line";
   EXPECT_TRUE(lease->release().ok());
 }
 
