@@ -60,7 +60,9 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   const auto ticket = static_cast<std::uint64_t>(
       std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   const bool waits = options.wait > milliseconds(0);
-  std::unique_ptr<ReleaseWatch> watch;
+  // Watch before the first try, so that a release between a failed try and the wait is never
+  // missed. (For Redis this subscribes once per Client; later watches cost a map insert.)
+  std::unique_ptr<ReleaseWatch> watch = waits ? backend_->watch(key, owner) : nullptr;
   // Gives up: leaves the queue (release by owner id also covers an ambiguous timeout).
   auto give_up = [&](Status status) {
     if (waits) (void)backend_->release(key, owner, Clock::now() + options_.io_timeout);
@@ -87,12 +89,6 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
       if (!waits) return attempt.status;
       return give_up(Status(Code::kLocked, fmt::format("key is still held after waiting {}",
                                                        format_duration(options.wait))));
-    }
-    if (!watch) {
-      // Subscribe, then try again at once: a release between the first try and the
-      // subscription would otherwise be missed.
-      watch = backend_->watch(key, owner);
-      continue;
     }
     // Fallbacks: the holder's remaining TTL, for a holder that dies silently; half the queue
     // hold, to keep this waiter's place in line.
