@@ -16,6 +16,11 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # servers for tests and the demo
   redis-server redis-tools
+  # PostgreSQL backend: libpq for the client, PostgreSQL 15 server and psql for tests and the demo
+  libpq-dev postgresql postgresql-client
+  # etcd backend: gRPC/protobuf code generation and libraries, etcd 3.4 server and etcdctl
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  etcd-server etcd-client
 )
 
 missing_packages() {

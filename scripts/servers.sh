@@ -9,6 +9,15 @@
 # Redis: independent redis-server instances on 127.0.0.1, ports FENCELOCK_REDIS_PORTS (default
 # "7101 7102 7103"), no persistence, daemonized, state (pidfile, log) in
 # FENCELOCK_STATE_DIR/redis-PORT (default state dir /tmp/fencelock-servers).
+# PostgreSQL: one PostgreSQL 15 cluster in FENCELOCK_STATE_DIR/postgres (data/, postgres.log,
+# Unix socket) on 127.0.0.1 port FENCELOCK_PG_PORT (default 7201), created by the first start with
+# the role `fencelock` (password fencelock-test-pw) owning the database `fencelock`; stop keeps the
+# data (remove the directory for a fresh cluster). No fsync: for demos, not for data. As root,
+# initdb and the server run as the OS user `postgres`. PostgreSQL 15 binaries come from
+# FENCELOCK_PG_BINDIR (default /usr/lib/postgresql/15/bin).
+# etcd: one 3-member etcd 3.4 cluster on 127.0.0.1, client ports FENCELOCK_ETCD_PORTS (default
+# "7301 7302 7303"), peer ports those plus 10, member N's state (data/, etcd.log, etcd.pid) in
+# FENCELOCK_STATE_DIR/etcd-N; stop keeps the data (remove the directories for a fresh cluster).
 # A new kind of server (PostgreSQL, etcd) adds NAME_start/_stop/_status/_env functions and its
 # name to SERVICES.
 set -euo pipefail
@@ -17,7 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 STATE_DIR=${FENCELOCK_STATE_DIR:-/tmp/fencelock-servers}
 IFS=', ' read -r -a REDIS_PORTS <<<"${FENCELOCK_REDIS_PORTS:-7101 7102 7103}"
-SERVICES=(redis)
+SERVICES=(redis postgres etcd)
 
 die() {
   echo "servers.sh: $*" >&2
@@ -128,6 +137,292 @@ redis_env() {
   hosts=$(printf '127.0.0.1:%s,' "${REDIS_PORTS[@]}")
   echo "export FENCELOCK_REDIS_URI=redis://127.0.0.1:${REDIS_PORTS[0]}"
   echo "export FENCELOCK_REDLOCK_URI=redlock://${hosts%,}"
+}
+
+# --- PostgreSQL --------------------------------------------------------------------------------
+
+# Absolute, because pg_ctl runs from inside it and the server keeps the path in its config.
+PG_DIR=$(realpath -m -- "$STATE_DIR/postgres")
+PG_DATA=$PG_DIR/data
+PG_PORT=${FENCELOCK_PG_PORT:-7201}
+PG_BIN=${FENCELOCK_PG_BINDIR:-/usr/lib/postgresql/15/bin}
+PG_USER=fencelock
+PG_PASSWORD=fencelock-test-pw
+PG_DATABASE=fencelock
+
+# initdb, pg_ctl and postgres refuse to run as root: as root they run as the OS user `postgres`.
+postgres_as_owner() {
+  if [[ $(id -u) -eq 0 ]]; then
+    (cd "$PG_DIR" && setpriv --reuid=postgres --regid=postgres --init-groups -- "$@")
+  else
+    (cd "$PG_DIR" && "$@")
+  fi
+}
+
+# postmaster.pid: line 1 the postmaster's pid, line 4 its port.
+postgres_pid() { sed -n 1p "$PG_DATA/postmaster.pid" 2>/dev/null || true; }
+postgres_running_port() { sed -n 4p "$PG_DATA/postmaster.pid" 2>/dev/null || true; }
+postgres_ours() { pid_matches "$(postgres_pid)" "$PG_DATA"; }
+# The test role logs in over TCP with its password (so the server is ready and set up).
+postgres_login() {
+  [[ $(PGPASSWORD=$PG_PASSWORD PGCONNECT_TIMEOUT=2 PGSSLMODE=disable timeout 5 \
+    psql -X -w -At -d "host=127.0.0.1 port=$PG_PORT user=$PG_USER dbname=$PG_DATABASE" \
+    -c 'select 1' 2>/dev/null) == 1 ]]
+}
+postgres_up() { postgres_ours && postgres_login; }
+# Something (not necessarily PostgreSQL) accepts TCP connections on the port.
+postgres_port_taken() { timeout 2 bash -c ": </dev/tcp/127.0.0.1/$PG_PORT" 2>/dev/null; }
+# As the superuser over the Unix socket (trusted, no password).
+postgres_superuser_sql() {
+  psql -X -w -q -At -v ON_ERROR_STOP=1 -h "$PG_DIR" -p "$PG_PORT" -U postgres -d postgres "$@"
+}
+
+postgres_init_cluster() {
+  mkdir -p "$PG_DIR"
+  if [[ $(id -u) -eq 0 ]]; then
+    id postgres >/dev/null 2>&1 || die "no OS user 'postgres' to run initdb as: run scripts/deps.sh"
+    command -v setpriv >/dev/null 2>&1 || die "setpriv (util-linux) not found"
+    chown postgres:postgres "$PG_DIR"
+  fi
+  if ! postgres_as_owner "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth-local=trust \
+    --auth-host=scram-sha-256 -E UTF8 --locale=C --no-sync --no-instructions \
+    >"$PG_DIR/initdb.log" 2>&1; then
+    tail -n 5 "$PG_DIR/initdb.log" >&2 || true
+    die "initdb of $PG_DATA failed (log: $PG_DIR/initdb.log)"
+  fi
+  cat >>"$PG_DATA/postgresql.conf" <<CONF
+
+# Added by scripts/servers.sh: a throwaway local cluster (no crash safety) for demos.
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$PG_DIR'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 32MB
+max_connections = 200
+CONF
+}
+
+# Idempotent: creates the role and database if missing, (re)sets the role's password.
+postgres_ensure_role_and_database() {
+  postgres_superuser_sql -c "DO \$\$ BEGIN
+      IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_USER') THEN
+        CREATE ROLE $PG_USER;
+      END IF;
+    END \$\$" -c "ALTER ROLE $PG_USER LOGIN PASSWORD '$PG_PASSWORD'" >/dev/null
+  if [[ $(postgres_superuser_sql -c \
+    "SELECT 1 FROM pg_database WHERE datname = '$PG_DATABASE'") != 1 ]]; then
+    postgres_superuser_sql -c "CREATE DATABASE $PG_DATABASE OWNER $PG_USER" >/dev/null
+  fi
+}
+
+postgres_start() {
+  [[ -x $PG_BIN/initdb && -x $PG_BIN/pg_ctl ]] ||
+    die "PostgreSQL 15 not found in $PG_BIN: run scripts/deps.sh (or set FENCELOCK_PG_BINDIR)"
+  command -v psql >/dev/null 2>&1 || die "psql not found: run scripts/deps.sh"
+  if postgres_up; then
+    echo "postgres 127.0.0.1:$PG_PORT already running (pid $(postgres_pid))"
+    return
+  fi
+  if postgres_ours; then
+    if [[ $(postgres_running_port) != "$PG_PORT" ]]; then
+      die "postgres pid $(postgres_pid) of $PG_DATA runs on port $(postgres_running_port)," \
+        "not $PG_PORT; run '$0 stop' first"
+    fi
+    # Running on our port but the login fails: set the role up again below.
+  else
+    if postgres_port_taken; then
+      die "port $PG_PORT is in use by a server not started by this script;" \
+        "set FENCELOCK_PG_PORT to a free port"
+    fi
+    [[ -f $PG_DATA/PG_VERSION ]] || postgres_init_cluster
+    if ! postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/postgres.log" \
+      -o "-p $PG_PORT" -w -t 30 start >/dev/null; then
+      tail -n 5 "$PG_DIR/postgres.log" >&2 || true
+      die "postgres on port $PG_PORT did not start within 30 s (log: $PG_DIR/postgres.log)"
+    fi
+  fi
+  postgres_ensure_role_and_database
+  if ! wait_until 100 postgres_up; then
+    tail -n 5 "$PG_DIR/postgres.log" >&2 || true
+    die "postgres on port $PG_PORT does not accept the password login of $PG_USER" \
+      "(log: $PG_DIR/postgres.log)"
+  fi
+  echo "postgres 127.0.0.1:$PG_PORT started (pid $(postgres_pid))"
+}
+
+postgres_stop() {
+  local pid port
+  pid=$(postgres_pid)
+  port=$(postgres_running_port)
+  if postgres_ours; then
+    kill -CONT "$pid" 2>/dev/null || true # a paused server cannot shut down
+    kill -INT "$pid"                      # fast shutdown: disconnect clients, checkpoint, exit
+    if ! wait_until 300 process_gone "$pid"; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    echo "postgres 127.0.0.1:$port stopped (pid $pid)"
+  fi
+}
+
+postgres_status() {
+  if postgres_up; then
+    echo "postgres 127.0.0.1:$PG_PORT running (pid $(postgres_pid))"
+  elif postgres_ours; then
+    echo "postgres 127.0.0.1:$(postgres_running_port) not accepting the login of $PG_USER" \
+      "on port $PG_PORT (pid $(postgres_pid))"
+    return 1
+  else
+    echo "postgres 127.0.0.1:$PG_PORT stopped"
+    return 1
+  fi
+}
+
+postgres_env() {
+  echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DATABASE"
+}
+
+# --- etcd --------------------------------------------------------------------------------------
+
+IFS=', ' read -r -a ETCD_PORTS <<<"${FENCELOCK_ETCD_PORTS:-7301 7302 7303}"
+ETCD_PEER_OFFSET=10
+
+# Member N (1-based) serves clients on ETCD_PORTS[N-1] and peers on that port + ETCD_PEER_OFFSET.
+etcd_dir() { realpath -m -- "$STATE_DIR/etcd-$1"; }
+etcd_client_port() { echo "${ETCD_PORTS[$1 - 1]}"; }
+etcd_peer_port() { echo $((${ETCD_PORTS[$1 - 1]} + ETCD_PEER_OFFSET)); }
+etcd_pid() { cat "$(etcd_dir "$1")/etcd.pid" 2>/dev/null || true; }
+etcd_ours() { pid_matches "$(etcd_pid "$1")" "--data-dir $(etcd_dir "$1")/data"; }
+# Needs an elected leader, so a member alone (its peers down) is not healthy. A paused member
+# accepts the connection but never answers: hence the timeouts.
+etcd_healthy() {
+  ETCDCTL_API=3 timeout 5 etcdctl --endpoints="127.0.0.1:$(etcd_client_port "$1")" \
+    --dial-timeout=1s --command-timeout=2s endpoint health >/dev/null 2>&1
+}
+etcd_up() { etcd_ours "$1" && etcd_healthy "$1"; }
+etcd_all_up() {
+  local n
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do etcd_up "$n" || return 1; done
+}
+# By the clock, not by tries: one try can take seconds.
+etcd_wait_all_up() {
+  local deadline=$((SECONDS + $1))
+  while ((SECONDS < deadline)); do
+    etcd_all_up && return 0
+    sleep 0.2
+  done
+  return 1
+}
+port_in_use() { timeout 2 bash -c ": </dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+etcd_initial_cluster() {
+  local n cluster=""
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do
+    cluster+="${cluster:+,}m$n=http://127.0.0.1:$(etcd_peer_port "$n")"
+  done
+  echo "$cluster"
+}
+
+# Refuses ports taken by others and data made for other ports, before any member starts.
+etcd_check_one() {
+  local n=$1 dir client peer cluster
+  etcd_ours "$n" && return
+  dir=$(etcd_dir "$n")
+  client=$(etcd_client_port "$n")
+  peer=$(etcd_peer_port "$n")
+  cluster=$(etcd_initial_cluster)
+  if port_in_use "$client" || port_in_use "$peer"; then
+    die "port $client or $peer is in use by a server not started by this script;" \
+      "set FENCELOCK_ETCD_PORTS to free ports"
+  fi
+  # A member's data remembers its peers' URLs: other ports need a fresh data directory.
+  if [[ -e $dir/initial-cluster && $(<"$dir/initial-cluster") != "$cluster" ]]; then
+    die "$dir holds a member of the cluster $(<"$dir/initial-cluster"), not $cluster;" \
+      "run '$0 stop' and remove $STATE_DIR/etcd-* for a fresh cluster"
+  fi
+}
+
+etcd_start_one() {
+  local n=$1 dir client peer cluster
+  dir=$(etcd_dir "$n")
+  client=$(etcd_client_port "$n")
+  peer=$(etcd_peer_port "$n")
+  cluster=$(etcd_initial_cluster)
+  if etcd_ours "$n"; then
+    echo "etcd m$n 127.0.0.1:$client already running (pid $(etcd_pid "$n"))"
+    return
+  fi
+  mkdir -p "$dir"
+  echo "$cluster" >"$dir/initial-cluster"
+  rm -f "$dir/etcd.pid"
+  # etcd does not daemonize: setsid detaches it from this shell's session and terminal.
+  setsid etcd --name "m$n" --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$client" \
+    --advertise-client-urls "http://127.0.0.1:$client" \
+    --listen-peer-urls "http://127.0.0.1:$peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "$cluster" --initial-cluster-token fencelock-servers-sh \
+    --initial-cluster-state new --heartbeat-interval 50 --election-timeout 500 \
+    --logger zap --log-outputs stderr </dev/null >>"$dir/etcd.log" 2>&1 &
+  echo $! >"$dir/etcd.pid"
+  echo "etcd m$n 127.0.0.1:$client starting (pid $!)"
+}
+
+etcd_start() {
+  command -v etcd >/dev/null 2>&1 || die "etcd not found: run scripts/deps.sh"
+  command -v etcdctl >/dev/null 2>&1 || die "etcdctl not found: run scripts/deps.sh"
+  local n
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do etcd_check_one "$n"; done
+  # All members first: none becomes healthy before a majority runs.
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do etcd_start_one "$n"; done
+  if ! etcd_wait_all_up 30; then
+    for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do
+      etcd_up "$n" || tail -n 5 "$(etcd_dir "$n")/etcd.log" >&2 || true
+    done
+    die "etcd cluster on ports ${ETCD_PORTS[*]} did not become healthy within 30 s" \
+      "(logs: $STATE_DIR/etcd-*/etcd.log)"
+  fi
+  echo "etcd cluster on ports ${ETCD_PORTS[*]} healthy"
+}
+
+etcd_stop() {
+  local pidfile dir pid
+  for pidfile in "$STATE_DIR"/etcd-*/etcd.pid; do
+    [[ -e $pidfile ]] || continue
+    dir=$(realpath -m -- "$(dirname "$pidfile")")
+    pid=$(cat "$pidfile")
+    if pid_matches "$pid" "--data-dir $dir/data"; then
+      kill -CONT "$pid" 2>/dev/null || true # a paused member cannot handle SIGTERM
+      kill -TERM "$pid"
+      if ! wait_until 50 process_gone "$pid"; then
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+      echo "etcd m${dir##*/etcd-} stopped (pid $pid)"
+    fi
+    rm -f "$pidfile"
+  done
+}
+
+etcd_status() {
+  local n client all_up=0
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do
+    client=$(etcd_client_port "$n")
+    if etcd_up "$n"; then
+      echo "etcd m$n 127.0.0.1:$client running (pid $(etcd_pid "$n"))"
+    elif etcd_ours "$n"; then
+      echo "etcd m$n 127.0.0.1:$client not healthy (pid $(etcd_pid "$n"))"
+      all_up=1
+    else
+      echo "etcd m$n 127.0.0.1:$client stopped"
+      all_up=1
+    fi
+  done
+  return "$all_up"
+}
+
+etcd_env() {
+  local hosts
+  hosts=$(printf '127.0.0.1:%s,' "${ETCD_PORTS[@]}")
+  echo "export FENCELOCK_ETCD_URI=etcd://${hosts%,}"
 }
 
 # --- dispatch ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include "core/client_core.h"
 #include "core/uri.h"
 #include "memory/memory_backend.h"
+#include "postgres/postgres_backend.h"
 #include "redis/redis_backend.h"
 
 namespace fencelock {
@@ -16,13 +17,16 @@ namespace {
 
 Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
                                                       const ClientOptions& options) {
+  if (uri.starts_with("postgres://") || uri.starts_with("postgresql://")) {
+    return detail::make_postgres_backend(std::string(uri), options);  // libpq parses its own URIs
+  }
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) return parsed.status();
   const std::string& scheme = parsed->scheme;
   if (scheme == "memory") return detail::make_memory_backend(*parsed);
   if (scheme == "redis" || scheme == "redlock") return detail::make_redis_backend(*parsed, options);
   return Status(Code::kInvalidArgument,
-                fmt::format("unknown backend scheme '{}://' (use redis://, redlock:// or memory://)",
+                fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, postgres:// or memory://)",
                             scheme));
 }
 

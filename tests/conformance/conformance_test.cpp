@@ -79,11 +79,13 @@ struct BackendNames {
     if (std::is_same_v<T, MemoryBackendTag>) return "memory";
     if (std::is_same_v<T, RedisBackendTag>) return "redis";
     if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
+    if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
     return "unknown";
   }
 };
 
-using Backends = ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag>;
+using Backends =
+    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag>;
 TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
 
 // --- the Lease contract ----------------------------------------------------------------------
@@ -208,14 +210,14 @@ TYPED_TEST(Conformance, Liveness_AHolderThatVanishesWithoutReleasingFreesTheKeyW
   Client other = this->connect();
   auto k = this->key("liveness");
   {
-    auto lease = crashing.acquire(k, {.ttl = 400ms});
+    auto lease = crashing.acquire(k, {.ttl = this->harness_->short_ttl()});
     ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   }  // gone: no release, no renewal
   EXPECT_EQ(other.acquire(k, {.ttl = 5s}).code(), Code::kLocked);
   auto start = Clock::now();
   auto lease = other.acquire(k, {.ttl = 5s, .wait = 10s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
-  EXPECT_LT(Clock::now() - start, 5s);  // freed by its TTL (400 ms), not by anything slower
+  EXPECT_LT(Clock::now() - start, 5s);  // freed by its short TTL, not by anything slower
 }
 
 // --- 4. Loss is signalled --------------------------------------------------------------------
@@ -223,7 +225,7 @@ TYPED_TEST(Conformance, Liveness_AHolderThatVanishesWithoutReleasingFreesTheKeyW
 TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClientIsGranted) {
   Client holder = this->connect(), other = this->connect();
   auto k = this->key("loss/paused");
-  auto lease = holder.acquire(k, {.ttl = 600ms});
+  auto lease = holder.acquire(k, {.ttl = 2 * this->harness_->short_ttl()});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   LostProbe probe(*lease);
   auto validity = lease->valid_until();
@@ -240,7 +242,7 @@ TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClient
 
 TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidity) {
   Client client = this->connect();
-  auto lease = client.acquire(this->key("loss/norenew"), {.ttl = 300ms, .renew = false});
+  auto lease = client.acquire(this->key("loss/norenew"), {.ttl = this->harness_->short_ttl(), .renew = false});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   LostProbe probe(*lease);
   ASSERT_TRUE(probe.wait(5s));
@@ -251,11 +253,12 @@ TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidi
 TYPED_TEST(Conformance, Loss_RenewalKeepsTheLeaseValidPastItsTtl) {
   Client holder = this->connect(), other = this->connect();
   auto k = this->key("loss/renewed");
-  auto lease = holder.acquire(k, {.ttl = 300ms});
+  const auto ttl = this->harness_->short_ttl();
+  auto lease = holder.acquire(k, {.ttl = ttl});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   auto first = lease->valid_until();
   // Two renewals later the validity has moved a whole TTL past the first one.
-  ASSERT_TRUE(eventually([&] { return lease->valid_until() > first + 300ms; }, 10s));
+  ASSERT_TRUE(eventually([&] { return lease->valid_until() > first + ttl; }, 10s));
   EXPECT_FALSE(lease->is_lost());
   EXPECT_EQ(other.acquire(k, {.ttl = 5s}).code(), Code::kLocked);
 }

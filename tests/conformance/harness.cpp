@@ -7,6 +7,7 @@
 
 #include "memory/memory_backend.h"
 #include "redis/redis_keys.h"
+#include "support/postgres_server.h"
 #include "support/redis_server.h"
 
 namespace fencelock::testing {
@@ -56,7 +57,32 @@ class RedisHarness final : public Harness {
   std::unique_ptr<RedisCluster> cluster_;
 };
 
+// Every acquisition attempt draws from the token sequence (in its VALUES clause, granted or not),
+// so the sequence counts attempts (a takeover draws once more). Waiters are the Clients that
+// LISTEN for releases.
+class PostgresLeaseHarness final : public Harness {
+ public:
+  PostgresLeaseHarness() : server_(PostgresServer::start()) {}
+  std::string uri() override { return server_->uri() + "?mode=lease"; }
+  long long acquire_attempts(const std::string&) override {
+    std::string value = server_->sql(
+        "SELECT CASE WHEN to_regclass('fencelock_tokens') IS NULL THEN 0 ELSE "
+        "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fencelock_tokens) END");
+    return std::atoll(value.c_str());
+  }
+  std::chrono::milliseconds short_ttl() const override { return std::chrono::milliseconds(1000); }
+  long long server_waiters(const std::string&) override {
+    return std::atoll(server_->sql("SELECT count(*) FROM pg_stat_activity "
+                                   "WHERE query = 'LISTEN fencelock_release'").c_str());
+  }
+
+ private:
+  std::unique_ptr<PostgresServer> server_;
+};
+
 }  // namespace
+
+std::unique_ptr<Harness> make_postgres_lease_harness() { return std::make_unique<PostgresLeaseHarness>(); }
 
 std::unique_ptr<Harness> make_memory_harness() { return std::make_unique<MemoryHarness>(); }
 std::unique_ptr<Harness> make_redis_harness() { return std::make_unique<RedisHarness>(1); }

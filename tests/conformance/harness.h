@@ -5,6 +5,7 @@
 // conformance_test.cpp; the test cases do not change.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,13 +19,16 @@ class Harness {
   // Lock-acquisition attempts the server(s) received for `key` so far (each instance counted
   // once per attempt; an upper bound is fine as long as polling would exceed it).
   virtual long long acquire_attempts(const std::string& key) = 0;
-  // Waiters the server currently knows about for `key` (subscriptions, watches).
+  // Waiters the server currently knows about for `key` (queue places, watches, listeners).
   virtual long long server_waiters(const std::string& key) = 0;
+  // A short TTL the backend accepts, for tests that wait for expiry or renewal.
+  virtual std::chrono::milliseconds short_ttl() const { return std::chrono::milliseconds(300); }
 };
 
 std::unique_ptr<Harness> make_memory_harness();
 std::unique_ptr<Harness> make_redis_harness();    // one redis-server
 std::unique_ptr<Harness> make_redlock_harness();  // three independent redis-servers
+std::unique_ptr<Harness> make_postgres_lease_harness();  // one PostgreSQL 15 server, mode=lease
 
 struct MemoryBackendTag {
   static std::unique_ptr<Harness> make() { return make_memory_harness(); }
@@ -34,6 +38,9 @@ struct RedisBackendTag {
 };
 struct RedlockBackendTag {
   static std::unique_ptr<Harness> make() { return make_redlock_harness(); }
+};
+struct PostgresLeaseBackendTag {
+  static std::unique_ptr<Harness> make() { return make_postgres_lease_harness(); }
 };
 
 }  // namespace fencelock::testing

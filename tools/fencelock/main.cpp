@@ -9,6 +9,7 @@
 
 #include "exit_codes.h"
 #include "inspect_commands.h"
+#include "migrate_command.h"
 #include "run_command.h"
 
 #ifndef FENCELOCK_VERSION
@@ -41,7 +42,8 @@ constexpr const char* kSeeAlso =
 void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
   command
       ->add_option("--backend", backend,
-                   "redis://[user:pass@]HOST:PORT[/DB] or redlock://H1:P1,H2:P2,H3:P3 "
+                   "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3 or "
+                   "postgres://USER:PASS@HOST:PORT/DB?mode=lease "
                    "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379)")
       ->type_name("URI");
   command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
@@ -99,6 +101,18 @@ CLI::App* add_list(CLI::App& app, ListArgs& args) {
   return list;
 }
 
+CLI::App* add_migrate(CLI::App& app, MigrateArgs& args) {
+  CLI::App* migrate = app.add_subcommand("migrate", "Create the backend's schema");
+  migrate->footer(
+      "fencelock migrate [OPTIONS]\n\n"
+      "Creates what the backend needs on its servers (PostgreSQL lease mode: the fencelock_leases\n"
+      "table and the fencelock_tokens sequence) and prints the statements it ran. Idempotent.\n"
+      "For deployments whose runtime role may not run DDL: run it once with a privileged role.\n\n" +
+      std::string(kSeeAlso));
+  add_backend_options(migrate, args.backend, args.json);
+  return migrate;
+}
+
 std::string usage_hint(const CLI::ParseError& error, const CLI::App* selected, bool is_run) {
   std::string hint = selected != nullptr
                          ? fmt::format("see 'fencelock {} --help'", selected->get_name())
@@ -116,7 +130,8 @@ int main_with_args(int argc, char** argv) {
       "fencelock: distributed locks with fencing tokens.\n\n"
       "fencelock run [OPTIONS] KEY -- CMD [ARGS...]\n"
       "fencelock status [OPTIONS] KEY\n"
-      "fencelock list [OPTIONS] [PREFIX]\n",
+      "fencelock list [OPTIONS] [PREFIX]\n"
+      "fencelock migrate [OPTIONS]\n",
       "fencelock"};
   app.set_version_flag("--version", FENCELOCK_VERSION);
   app.require_subcommand(1);
@@ -128,13 +143,15 @@ int main_with_args(int argc, char** argv) {
   CLI::App* run = add_run(app, run_args);
   CLI::App* status = add_status(app, status_args);
   CLI::App* list = add_list(app, list_args);
+  MigrateArgs migrate_args;
+  CLI::App* migrate = add_migrate(app, migrate_args);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
     const CLI::App* selected = nullptr;
-    for (const CLI::App* command : {run, status, list}) {
+    for (const CLI::App* command : {run, status, list, migrate}) {
       if (command->parsed()) selected = command;
     }
     std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
@@ -145,6 +162,7 @@ int main_with_args(int argc, char** argv) {
   }
   if (run->parsed()) return run_command(run_args);
   if (status->parsed()) return status_command(status_args);
+  if (migrate->parsed()) return migrate_command(migrate_args);
   return list_command(list_args);
 }
 

@@ -1,0 +1,80 @@
+// libpq connections for the PostgreSQL backends.
+//
+// Concurrency mechanism (one for the driver): blocking use of libpq's asynchronous API. Each
+// call sends its statement, then waits for the socket with poll() under the call's deadline; a
+// call that runs out of time is cancelled on the server (PQcancel) and its connection dropped.
+// Connections are pooled (bounded); the listener (pg_listener.h) has its own.
+//
+// Thread-safety: PgPool is safe to use from many threads; a connection is used by one thread at
+// a time (checked out of the pool).
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace fencelock::detail::postgres {
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using ConnPtr = std::unique_ptr<PGconn, ConnDeleter>;
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+// Opens a connection (libpq URI or conninfo), bounded by `deadline`. kUnavailable when the
+// server cannot be reached, kUnauthenticated for rejected credentials, kInvalidArgument for an
+// unknown database or a malformed conninfo. Messages never contain the password.
+Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point deadline);
+
+// Runs one statement with text parameters (`multi` sends a parameterless script instead) and
+// returns its last result. On a deadline the statement is cancelled and kDeadlineExceeded
+// returned; the connection must then be dropped (`broken` is set).
+Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
+                          Clock::time_point deadline, bool& broken, bool multi = false);
+
+// Maps a failed statement's SQLSTATE to a Status (42501 -> kPermissionDenied, ...).
+Status status_from_result(const PGresult* r);
+
+// A bounded pool of connections to one server.
+class PgPool {
+ public:
+  PgPool(std::string conninfo, std::size_t max_connections, milliseconds connect_timeout)
+      : conninfo_(std::move(conninfo)), max_(max_connections), connect_timeout_(connect_timeout) {}
+
+  // An idle connection, a new one while fewer than max exist, or (waiting until `deadline`)
+  // the next one returned. In reconnect backoff it fails at once with the last error.
+  Result<ConnPtr> checkout(Clock::time_point deadline);
+  // Returns a connection; `healthy` false drops it (and frees its slot).
+  void checkin(ConnPtr c, bool healthy);
+
+  const std::string& conninfo() const { return conninfo_; }
+
+ private:
+  const std::string conninfo_;
+  const std::size_t max_;
+  const milliseconds connect_timeout_;
+  std::mutex mu_;
+  std::condition_variable returned_;
+  std::vector<ConnPtr> idle_;        // GUARDED_BY(mu_)
+  std::size_t open_ = 0;             // GUARDED_BY(mu_): idle + checked out + being opened
+  Clock::time_point down_until_{};   // GUARDED_BY(mu_)
+  milliseconds backoff_{0};          // GUARDED_BY(mu_)
+  Status last_error_;                // GUARDED_BY(mu_)
+};
+
+// Runs a statement on a pooled connection (checkout, execute, checkin).
+Result<ResultPtr> run(PgPool& pool, const std::string& sql, const std::vector<std::string>& params,
+                      Clock::time_point deadline, bool multi = false);
+
+}  // namespace fencelock::detail::postgres

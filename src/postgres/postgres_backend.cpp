@@ -1,0 +1,185 @@
+#include "postgres/postgres_backend.h"
+
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/quorum.h"
+#include "postgres/pg_connection.h"
+#include "postgres/pg_listener.h"
+#include "postgres/postgres_uri.h"
+#include "postgres_sql.h"
+
+namespace fencelock::detail {
+namespace postgres {
+namespace {
+
+std::int64_t to_int(const PGresult* r, int row, int col) {
+  return PQgetisnull(r, row, col) ? 0 : std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
+}
+
+// Creates the schema unless it exists. A concurrent creator can make CREATE ... IF NOT EXISTS
+// fail with a unique violation on the catalog: one retry settles it.
+Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout) {
+  std::vector<std::string> ran;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto exists = run(pool, "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
+                            "to_regclass('fencelock_tokens') IS NOT NULL",
+                      {}, Clock::now() + timeout);
+    if (!exists.ok()) return exists.status();
+    if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
+    auto created = run(pool, std::string(sql::schema), {}, Clock::now() + timeout, /*multi=*/true);
+    if (created.ok()) {
+      ran.emplace_back(sql::schema);
+      return ran;
+    }
+    if (created.code() == Code::kPermissionDenied) {
+      return Status(Code::kPermissionDenied,
+                    "cannot create the fencelock_leases table and fencelock_tokens sequence: "
+                    "permission denied; ask an administrator to run `fencelock migrate --backend URI` "
+                    "once (or grant CREATE on the schema)");
+    }
+    if (attempt == 1) return created.status();
+  }
+  return ran;
+}
+
+class LeaseBackend final : public Backend {
+ public:
+  LeaseBackend(PostgresUri uri, ClientOptions options)
+      : uri_(std::move(uri)),
+        options_(options),
+        pool_(uri_.conninfo, uri_.pool, options.connect_timeout),
+        listener_(uri_.conninfo, options.connect_timeout) {}
+
+  PgPool& pool() { return pool_; }
+
+  // Lease mode keeps time on the server with millisecond resolution over a network: a TTL
+  // under a second would be mostly round trips.
+  milliseconds min_ttl() const override { return milliseconds(1000); }
+
+  TryResult try_acquire(const GrantRequest& req) override {
+    const Clock::time_point sent = Clock::now();
+    const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
+    auto r = run(pool_, std::string(sql::lease_acquire),
+                 {req.key.str(), req.owner.hex(), std::to_string(req.ttl.count()), req.metadata},
+                 std::min(sent + options_.io_timeout, validity));
+    if (!r.ok()) {
+      // Ambiguous (the INSERT may have happened): release by owner id, leave nothing behind.
+      (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
+      return TryResult{r.status(), std::nullopt, milliseconds(0)};
+    }
+    const PGresult* res = r->get();
+    if (!PQgetisnull(res, 0, 0)) {
+      if (Clock::now() >= validity) {
+        (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
+        return TryResult{Status(Code::kDeadlineExceeded, "acquiring took longer than the lease's validity"),
+                         std::nullopt, milliseconds(0)};
+      }
+      auto token = static_cast<std::uint64_t>(to_int(res, 0, 0));
+      return TryResult{Status::Ok(), Grant{FencingToken(token), validity}, milliseconds(0)};
+    }
+    auto left = milliseconds(std::max<std::int64_t>(to_int(res, 0, 1), 0));
+    return TryResult{Status(Code::kLocked, "key is held by another owner"), std::nullopt, left};
+  }
+
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
+    return listener_.watch(key.str());
+  }
+
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    std::vector<RenewOutcome> out(items.size());
+    if (items.empty()) return out;
+    nlohmann::json batch = nlohmann::json::array();
+    milliseconds shortest = items[0].ttl;
+    for (const auto& item : items) {
+      batch.push_back({{"name", item.key->str()}, {"owner", item.owner->hex()}, {"ttl", item.ttl.count()}});
+      shortest = std::min(shortest, item.ttl);
+    }
+    const Clock::time_point sent = Clock::now();
+    auto r = run(pool_, std::string(sql::lease_renew), {batch.dump()},
+                 std::min(sent + options_.io_timeout, validity_deadline(sent, shortest, options_.drift_factor)));
+    if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists
+    std::set<std::string> renewed;
+    for (int row = 0; row < PQntuples(r->get()); ++row) renewed.insert(PQgetvalue(r->get(), row, 0));
+    Clock::time_point now = Clock::now();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      Clock::time_point valid = validity_deadline(sent, items[i].ttl, options_.drift_factor);
+      if (renewed.contains(items[i].key->str()) && now < valid) {
+        out[i] = {RenewOutcome::kRenewed, valid};
+      } else if (!renewed.contains(items[i].key->str())) {
+        out[i] = {RenewOutcome::kRejected, {}};
+      }
+    }
+    return out;
+  }
+
+  Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
+    auto r = run(pool_, std::string(sql::lease_release), {key.str(), owner.hex()}, deadline);
+    return r.status();
+  }
+
+  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+    auto found = query_holders(key.str(), true);
+    if (!found.ok()) return found.status();
+    if (found->empty()) return std::optional<HolderInfo>();
+    return std::optional<HolderInfo>(std::move(found->front()));
+  }
+
+  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+    return query_holders(std::string(prefix), false);
+  }
+
+  std::string describe() const override { return uri_.description; }
+
+ private:
+  Result<std::vector<HolderInfo>> query_holders(const std::string& name, bool exact) {
+    auto r = run(pool_, std::string(sql::lease_inspect), {name, exact ? "true" : "false"},
+                 Clock::now() + options_.io_timeout);
+    if (!r.ok()) return r.status();
+    std::vector<HolderInfo> out;
+    for (int row = 0; row < PQntuples(r->get()); ++row) {
+      const PGresult* res = r->get();
+      out.push_back(HolderInfo{PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
+                               FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
+                               milliseconds(std::max<std::int64_t>(to_int(res, row, 3), 0)),
+                               PQgetvalue(res, row, 4)});
+    }
+    return out;
+  }
+
+  const PostgresUri uri_;
+  const ClientOptions options_;
+  PgPool pool_;
+  PgListener listener_;
+};
+
+}  // namespace
+}  // namespace postgres
+
+Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, const ClientOptions& options) {
+  auto split = postgres::split_postgres_uri(uri);
+  if (!split.ok()) return split.status();
+  if (split->mode != "lease") {
+    return Status(Code::kInvalidArgument,
+                  "PostgreSQL advisory mode is not implemented yet; add ?mode=lease to the URI for the "
+                  "lease table");
+  }
+  auto backend = std::make_unique<postgres::LeaseBackend>(*split, options);
+  // Connect now, so that bad credentials, a missing database or missing rights are reported by
+  // connect(), and create the schema on first use.
+  auto schema = postgres::ensure_schema(backend->pool(), options.connect_timeout + options.io_timeout);
+  if (!schema.ok()) return schema.status();
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Result<std::vector<std::string>> migrate_postgres(const std::string& uri, const ClientOptions& options) {
+  auto split = postgres::split_postgres_uri(uri);
+  if (!split.ok()) return split.status();
+  postgres::PgPool pool(split->conninfo, 1, options.connect_timeout);
+  return postgres::ensure_schema(pool, options.connect_timeout + options.io_timeout);
+}
+
+}  // namespace fencelock::detail

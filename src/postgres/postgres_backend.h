@@ -1,0 +1,23 @@
+// postgres:// and postgresql:// backends (DESIGN.md section 3.2).
+//
+// The URI is a libpq connection URI (sslmode, passwords from PGPASSWORD or ~/.pgpass, several
+// hosts, ...) plus fencelock's own query parameters, which are removed before libpq sees it:
+//   mode=lease | advisory   lease table with server-clock expiry, or session advisory locks
+//                           (advisory is the default; it is not implemented yet)
+//   pool=N                  bounded connection pool size (default 8)
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "fencelock/options.h"
+
+namespace fencelock::detail {
+
+Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, const ClientOptions& options);
+
+// Creates the lease-mode schema (idempotent) and returns the statements it ran.
+Result<std::vector<std::string>> migrate_postgres(const std::string& uri, const ClientOptions& options);
+
+}  // namespace fencelock::detail

@@ -1,0 +1,136 @@
+// PostgreSQL lease mode against a real PostgreSQL 15 server: credentials, missing database and
+// privileges, server down and restarted, schema management. The backend-neutral guarantees are
+// in conformance_test.cpp.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fencelock/client.h"
+#include "fencelock/migrate.h"
+#include "support/postgres_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+std::string base_uri(const PostgresServer& server, const std::string& user, const std::string& password,
+                     const std::string& database = "fencelock") {
+  return "postgres://" + user + ":" + password + "@127.0.0.1:" + std::to_string(server.port()) + "/" +
+         database + "?mode=lease";
+}
+
+class PostgresLease : public ::testing::Test {
+ protected:
+  void SetUp() override { server_ = PostgresServer::start(); }
+  std::string uri() const { return server_->uri() + "?mode=lease"; }
+  std::unique_ptr<PostgresServer> server_;
+};
+
+TEST_F(PostgresLease, WrongPasswordIsUnauthenticatedAndNeverEchoed) {
+  auto client = Client::connect(base_uri(*server_, "fencelock", "wrong-pw-123"));
+  ASSERT_EQ(client.code(), Code::kUnauthenticated) << client.status().to_string();
+  EXPECT_EQ(client.status().message().find("wrong-pw-123"), std::string::npos);
+}
+
+TEST_F(PostgresLease, UnknownDatabaseIsAnInvalidArgumentNamingIt) {
+  auto client = Client::connect(base_uri(*server_, "fencelock", "fencelock-test-pw", "no_such_db"));
+  ASSERT_EQ(client.code(), Code::kInvalidArgument) << client.status().to_string();
+  EXPECT_NE(client.status().message().find("no_such_db"), std::string::npos);
+}
+
+TEST_F(PostgresLease, ServerDownIsUnavailable) {
+  server_->stop();
+  auto client = Client::connect(uri());
+  EXPECT_EQ(client.code(), Code::kUnavailable) << client.status().to_string();
+}
+
+TEST_F(PostgresLease, AdvisoryModeIsReportedAsNotImplementedYet) {
+  auto client = Client::connect(server_->uri());  // mode defaults to advisory
+  ASSERT_EQ(client.code(), Code::kInvalidArgument);
+  EXPECT_NE(client.status().message().find("mode=lease"), std::string::npos);
+}
+
+TEST_F(PostgresLease, TtlBelowOneSecondIsRejectedAndNothingIsHeld) {
+  auto client = Client::connect(uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto lease = client->acquire(key("short"), {.ttl = 500ms});
+  ASSERT_EQ(lease.code(), Code::kInvalidArgument);
+  EXPECT_NE(lease.status().message().find("minimum"), std::string::npos) << lease.status().message();
+  EXPECT_EQ(server_->sql("SELECT count(*) FROM fencelock_leases"), "0");
+}
+
+// A role that may not run DDL gets a message pointing to `fencelock migrate`; after a privileged
+// migrate and DML grants it works.
+TEST_F(PostgresLease, MissingDdlRightsPointToMigrateWhichCreatesTheSchemaOnce) {
+  server_->sql("CREATE ROLE limited LOGIN PASSWORD 'limited-pw'");
+  server_->sql("GRANT CONNECT ON DATABASE fencelock TO limited");
+  server_->sql("REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+  std::string limited = base_uri(*server_, "limited", "limited-pw");
+  auto denied = Client::connect(limited);
+  ASSERT_EQ(denied.code(), Code::kPermissionDenied) << denied.status().to_string();
+  EXPECT_NE(denied.status().message().find("fencelock migrate"), std::string::npos);
+
+  auto ran = migrate(uri());
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  EXPECT_FALSE(ran->empty());
+  auto again = migrate(uri());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty()) << "migrate is not idempotent";
+
+  server_->sql("GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_leases TO limited");
+  server_->sql("GRANT USAGE ON SEQUENCE fencelock_tokens TO limited");
+  auto allowed = Client::connect(limited);
+  ASSERT_TRUE(allowed.ok()) << allowed.status().to_string();
+  EXPECT_TRUE(allowed->acquire(key("limited"), {.ttl = 5s}).ok());
+}
+
+// The server decides expiry by its own clock: a row whose expires_at passed is free even if the
+// client that wrote it thinks otherwise.
+TEST_F(PostgresLease, ExpiryIsDecidedByTheServerClock) {
+  auto a = Client::connect(uri());
+  auto b = Client::connect(uri());
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto held = a->acquire(key("server-clock"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(b->acquire(key("server-clock"), {.ttl = 5s}).code(), Code::kLocked);
+  server_->sql("UPDATE fencelock_leases SET expires_at = clock_timestamp() - interval '1 second'");
+  auto taken = b->acquire(key("server-clock"), {.ttl = 5s});
+  ASSERT_TRUE(taken.ok()) << taken.status().to_string();
+  EXPECT_GT(taken->token(), held->token());
+}
+
+// A restart in the middle of a run: the Client reconnects, and no lease is reported as held when
+// the table says otherwise.
+TEST_F(PostgresLease, AServerRestartIsSurvivedWithoutFalseHolders) {
+  auto client = Client::connect(uri(), {.io_timeout = 500ms});
+  ASSERT_TRUE(client.ok());
+  auto lease = client->acquire(key("restart"), {.ttl = 3s});
+  ASSERT_TRUE(lease.ok());
+  server_->restart();
+  // Reconnects (after backoff) and serves new acquisitions.
+  std::optional<Result<Lease>> next;
+  auto until = Clock::now() + 10s;
+  do {
+    next.emplace(client->acquire(key("after-restart"), {.ttl = 5s}));
+  } while (!next->ok() && Clock::now() < until && (std::this_thread::sleep_for(50ms), true));
+  ASSERT_TRUE(next->ok()) << next->status().to_string();
+  // The old lease is either still renewed (the row survived) or reported lost; never held
+  // without its row.
+  auto until_renewed = Clock::now() + 5s;
+  while (!lease->is_lost() && lease->valid_until() < Clock::now() + 1s && Clock::now() < until_renewed) {
+    std::this_thread::sleep_for(20ms);
+  }
+  if (!lease->is_lost()) {
+    auto holder = client->inspect(key("restart"));
+    ASSERT_TRUE(holder.ok() && holder->has_value()) << "a lease is reported held but its row is gone";
+    EXPECT_EQ((*holder)->owner_prefix, lease->owner().short_hex());
+  }
+}
+
+}  // namespace
+}  // namespace fencelock::testing
