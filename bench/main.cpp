@@ -13,6 +13,8 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   using namespace fencelock::bench;
   std::string redis = env_or("FENCELOCK_REDIS_URI", "redis://127.0.0.1:7101");
   std::string redlock = env_or("FENCELOCK_REDLOCK_URI", "redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103");
+  std::string postgres = env_or("FENCELOCK_PG_URI", "");  // empty: skipped
   int seconds = 5, workers = 8, critical_us = 1000;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
@@ -44,12 +47,13 @@ int main(int argc, char** argv) {
     };
     if (arg == "--redis") redis = next();
     else if (arg == "--redlock") redlock = next();
+    else if (arg == "--postgres") postgres = next();
     else if (arg == "--seconds") seconds = std::stoi(next());
     else if (arg == "--workers") workers = std::stoi(next());
     else if (arg == "--critical-us") critical_us = std::stoi(next());
     else if (arg == "--json") json_path = next();
     else {
-      std::cerr << "usage: fencelock_bench [--redis URI] [--redlock URI] [--seconds N] [--workers N] "
+      std::cerr << "usage: fencelock_bench [--redis URI] [--redlock URI] [--postgres URI] [--seconds N] [--workers N] "
                    "[--critical-us N] [--json FILE]\n";
       return 64;
     }
@@ -60,7 +64,14 @@ int main(int argc, char** argv) {
   fmt::print("fencelock_bench 0.1.0 on {} cores; {} s per scenario\n", std::thread::hardware_concurrency(), seconds);
   std::vector<nlohmann::json> results;
   try {
-    for (auto [label, uri] : {std::pair{"redis", redis}, std::pair{"redlock", redlock}}) {
+    std::vector<std::pair<std::string, std::string>> backends = {{"redis", redis}, {"redlock", redlock}};
+    if (!postgres.empty()) {
+      if (postgres.find("mode=") == std::string::npos) {
+        postgres += (postgres.find('?') == std::string::npos ? "?" : "&") + std::string("mode=lease");
+      }
+      backends.emplace_back("pg_lease", postgres);
+    }
+    for (const auto& [label, uri] : backends) {
       auto u = run_uncontended({.label = label, .uri = uri, .duration = std::chrono::seconds(seconds)});
       results.push_back(u);
       results.push_back(run_contended({.label = label, .uri = uri, .workers = workers,

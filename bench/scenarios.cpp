@@ -1,6 +1,8 @@
 #include "scenarios.h"
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -9,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "fencelock/client.h"
+#include "postgres/postgres_uri.h"
+#include "postgres_baseline.h"
 #include "redis_baseline.h"
 #include "stats.h"
 
@@ -46,8 +50,16 @@ std::pair<Clock::duration, std::chrono::microseconds> measure(int count, std::ve
 }  // namespace
 
 nlohmann::json run_uncontended(const UncontendedConfig& config) {
-  Client client = connect(config.uri);
-  RedisBaseline baseline(endpoints_of(config.uri));
+  Client client = connect(config.uri);  // also creates the PostgreSQL schema the baseline needs
+  std::function<bool(const std::string&)> bare;
+  if (config.uri.starts_with("postgres")) {
+    auto split = detail::postgres::split_postgres_uri(config.uri);
+    auto pg = std::make_shared<PostgresBaseline>(split->conninfo);
+    bare = [pg](const std::string& k) { return pg->cycle(k); };
+  } else {
+    auto redis = std::make_shared<RedisBaseline>(endpoints_of(config.uri));
+    bare = [redis](const std::string& k) { return redis->cycle(k); };
+  }
   auto lib_key = *LockKey::make("bench/uncontended/lib");
   std::atomic<int> failures{0};
   auto lib_cycle = [&] {
@@ -55,7 +67,7 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
     if (!lease.ok() || !lease->release().ok()) failures++;
   };
   auto base_cycle = [&] {
-    if (!baseline.cycle("bench/uncontended/base")) failures++;
+    if (!bare("bench/uncontended/base")) failures++;
   };
   std::vector<double> lib, base;
   measure(config.batch, lib, lib_cycle);  // warm-up: connections, script caches

@@ -10,8 +10,8 @@
 namespace fencelock::bench {
 
 struct UncontendedConfig {
-  std::string label;  // "redis", "redlock"
-  std::string uri;
+  std::string label;  // "redis", "redlock", "postgres_lease"
+  std::string uri;    // the baseline follows the scheme: bare hiredis, or bare libpq
   std::chrono::milliseconds duration{5000};
   int batch = 200;  // cycles per side before switching (interleaving)
 };

@@ -19,5 +19,6 @@ fi
 ./scripts/servers.sh start >/dev/null
 eval "$(./scripts/servers.sh env)"
 mkdir -p "$(dirname "$out")"
-build/fencelock_bench --redis "$FENCELOCK_REDIS_URI" --redlock "$FENCELOCK_REDLOCK_URI" --json "$out" "$@"
+build/fencelock_bench --redis "$FENCELOCK_REDIS_URI" --redlock "$FENCELOCK_REDLOCK_URI" \
+  --postgres "$FENCELOCK_PG_URI" --json "$out" "$@"
 echo "bench.sh: results in $out (servers left running; scripts/servers.sh stop)"

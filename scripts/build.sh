@@ -15,7 +15,7 @@ usage() {
 }
 
 build_dir=build
-cmake_args=(-G Ninja -DFENCELOCK_WERROR=ON)
+cmake_args=(-G Ninja -DFENCELOCK_WERROR=ON -DFENCELOCK_BUILD_TESTS=ON -DFENCELOCK_BUILD_BENCH=ON)
 case ${1:-} in
   "") ;;
   --sanitize)

@@ -8,13 +8,13 @@
 #pragma once
 
 #include <condition_variable>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "core/backend.h"
+#include "core/wake_board.h"
 
 namespace fencelock::detail::postgres {
 
@@ -28,21 +28,16 @@ class PgListener {
   std::unique_ptr<ReleaseWatch> watch(const std::string& key);
 
  private:
-  friend class ListenerWatch;
   void run(std::stop_token stop);
-  void forget(const std::string& key);
-  bool wait_release(const std::string& key, std::uint64_t& seen, Clock::time_point until,
-                    std::stop_token stop);
-  std::uint64_t events_for(const std::string& key) const;  // REQUIRES: mu_ held
+  void set_state(bool listening);
 
   const std::string conninfo_;
   const milliseconds connect_timeout_;
-  mutable std::mutex mu_;
-  std::condition_variable_any changed_;
-  std::map<std::string, std::pair<int, std::uint64_t>> keys_;  // GUARDED_BY(mu_): watchers, releases
-  bool listening_ = false;                                      // GUARDED_BY(mu_)
-  bool tried_ = false;                                          // GUARDED_BY(mu_)
-  std::uint64_t reconnects_ = 0;                                // GUARDED_BY(mu_)
+  WakeBoard board_;  // releases by key name
+  std::mutex mu_;
+  std::condition_variable ready_;
+  bool listening_ = false;  // GUARDED_BY(mu_)
+  bool tried_ = false;      // GUARDED_BY(mu_): one connection attempt finished
   int wake_fd_ = -1;
   std::once_flag started_;
   std::jthread thread_;

@@ -8,21 +8,6 @@
 
 namespace fencelock::detail::redis {
 
-class HubWatch final : public ReleaseWatch {
- public:
-  HubWatch(ReleaseHub& hub, std::string owner, std::uint64_t seen)
-      : hub_(hub), owner_(std::move(owner)), seen_(seen) {}
-  ~HubWatch() override { hub_.forget(owner_); }
-  bool wait_until(Clock::time_point until, std::stop_token stop) override {
-    return hub_.wait_wake(owner_, seen_, until, std::move(stop));
-  }
-
- private:
-  ReleaseHub& hub_;
-  std::string owner_;
-  std::uint64_t seen_;
-};
-
 ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_channel,
                        milliseconds confirm_timeout)
     : wake_channel_(std::move(wake_channel)),
@@ -37,67 +22,46 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
       subscribers_.push_back(std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
     }
   });
-  std::unique_lock lock(mu_);
-  wakes_.emplace(owner, 0);
-  // Wait until every instance was tried once and every connected one confirmed (instances that
-  // are down cannot publish to us either; the holder's TTL is the fallback for them).
-  changed_.wait_for(lock, confirm_timeout_, [&] {
-    return attempted_.size() == instances_.size() &&
-           std::includes(subscribed_on_.begin(), subscribed_on_.end(), connected_.begin(),
-                         connected_.end());
-  });
-  return std::make_unique<HubWatch>(*this, owner, events_for(owner));
-}
-
-void ReleaseHub::forget(const std::string& owner) {
-  std::lock_guard lock(mu_);
-  wakes_.erase(owner);
-}
-
-std::uint64_t ReleaseHub::events_for(const std::string& owner) const {
-  auto it = wakes_.find(owner);
-  return reconnects_ + (it == wakes_.end() ? 0 : it->second);
-}
-
-bool ReleaseHub::wait_wake(const std::string& owner, std::uint64_t& seen, Clock::time_point until,
-                           std::stop_token stop) {
-  std::unique_lock lock(mu_);
-  bool woke = changed_.wait_until(lock, stop, until, [&] { return events_for(owner) != seen; });
-  seen = events_for(owner);
-  return woke;
+  {
+    // Wait until every instance was tried once and every connected one confirmed (instances that
+    // are down cannot publish to us either; the holder's TTL is the fallback for them).
+    std::unique_lock lock(mu_);
+    ready_.wait_for(lock, confirm_timeout_, [&] {
+      return attempted_.size() == instances_.size() &&
+             std::includes(subscribed_on_.begin(), subscribed_on_.end(), connected_.begin(),
+                           connected_.end());
+    });
+  }
+  return board_.watch(owner);
 }
 
 void ReleaseHub::on_subscribed(int instance) {
   std::lock_guard lock(mu_);
   subscribed_on_.insert(instance);
-  changed_.notify_all();
+  ready_.notify_all();
 }
 
-void ReleaseHub::on_message(const std::string& payload) {
-  std::lock_guard lock(mu_);
-  auto it = wakes_.find(payload);
-  if (it == wakes_.end()) return;  // that waiter already left (or the message is a duplicate)
-  it->second++;
-  changed_.notify_all();
-}
+void ReleaseHub::on_message(const std::string& payload) { board_.notify(payload); }
 
 void ReleaseHub::on_connect_failed(int instance) {
   std::lock_guard lock(mu_);
   attempted_.insert(instance);
-  changed_.notify_all();
+  ready_.notify_all();
 }
 
 void ReleaseHub::on_connection(int instance, bool up) {
-  std::lock_guard lock(mu_);
-  attempted_.insert(instance);
-  if (up) {
-    connected_.insert(instance);
-  } else {
-    connected_.erase(instance);
-    subscribed_on_.erase(instance);
+  {
+    std::lock_guard lock(mu_);
+    attempted_.insert(instance);
+    if (up) {
+      connected_.insert(instance);
+    } else {
+      connected_.erase(instance);
+      subscribed_on_.erase(instance);
+    }
+    ready_.notify_all();
   }
-  reconnects_++;  // every waiter retries once: a wake-up may have gone unheard
-  changed_.notify_all();
+  board_.notify_all();  // every waiter retries once: a wake-up may have gone unheard
 }
 
 Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)

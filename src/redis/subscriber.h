@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/wake_board.h"
 #include "redis/connection.h"
 
 namespace fencelock::detail::redis {
@@ -51,23 +52,16 @@ class ReleaseHub {
   void on_connect_failed(int instance);
 
  private:
-  friend class HubWatch;
-  void forget(const std::string& owner);
-  bool wait_wake(const std::string& owner, std::uint64_t& seen, Clock::time_point until,
-                 std::stop_token stop);
-  std::uint64_t events_for(const std::string& owner) const;  // REQUIRES: mu_ held
-
   const std::string wake_channel_;
   const milliseconds confirm_timeout_;
   const std::vector<ConnectSpec> instances_;
+  WakeBoard board_;  // wake-ups by owner id
   mutable std::mutex mu_;
-  std::condition_variable_any changed_;
-  std::map<std::string, std::uint64_t> wakes_;  // GUARDED_BY(mu_): per waiting owner id
-  std::set<int> subscribed_on_;                 // GUARDED_BY(mu_)
-  std::set<int> connected_;                     // GUARDED_BY(mu_)
-  std::set<int> attempted_;                     // GUARDED_BY(mu_): instances tried at least once
-  std::uint64_t reconnects_ = 0;                // GUARDED_BY(mu_); wakes every waiter when it moves
-  std::once_flag started_;                      // subscriber threads start with the first watch
+  std::condition_variable ready_;
+  std::set<int> subscribed_on_;  // GUARDED_BY(mu_)
+  std::set<int> connected_;      // GUARDED_BY(mu_)
+  std::set<int> attempted_;      // GUARDED_BY(mu_): instances tried at least once
+  std::once_flag started_;       // subscriber threads start with the first watch
   std::vector<std::unique_ptr<Subscriber>> subscribers_;
 };
 

@@ -33,6 +33,13 @@ void set_deadline(grpc::ClientContext& context) {
   context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
 }
 
+// Plain-text gRPC to one member. An http_proxy in the environment must not capture loopback.
+std::shared_ptr<grpc::Channel> insecure_channel(const std::string& endpoint) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), arguments);
+}
+
 std::string describe(const grpc::Status& status) {
   return fmt::format("gRPC code {}: {}", static_cast<int>(status.error_code()),
                      status.error_message());
@@ -66,8 +73,7 @@ class EtcdWire : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(cluster_, nullptr);
-    channel_ =
-        grpc::CreateChannel(cluster_->client_endpoint(0), grpc::InsecureChannelCredentials());
+    channel_ = insecure_channel(cluster_->client_endpoint(0));
     kv_ = pb::KV::NewStub(channel_);
     watch_ = pb::Watch::NewStub(channel_);
     lease_ = pb::Lease::NewStub(channel_);
@@ -523,8 +529,7 @@ TEST_F(EtcdWire, EtcdctlLockKeyIsNameSlashLeaseHexAndOrdersWaitersByCreateRevisi
 TEST(EtcdWireAuth, AuthenticateReturnsATokenThatAuthorizesCallsInTheTokenMetadata) {
   auto cluster = EtcdCluster::start(1);
   cluster->enable_auth("alice", "s3cret");
-  auto channel =
-      grpc::CreateChannel(cluster->client_endpoint(0), grpc::InsecureChannelCredentials());
+  auto channel = insecure_channel(cluster->client_endpoint(0));
   auto auth = pb::Auth::NewStub(channel);
   auto kv = pb::KV::NewStub(channel);
 
@@ -567,8 +572,7 @@ TEST(EtcdWireAuth, AuthenticateReturnsATokenThatAuthorizesCallsInTheTokenMetadat
 TEST(EtcdClusterHelper, LeaderMovesOnPauseAndKillAndARestartedMemberRejoinsWithItsData) {
   auto cluster = EtcdCluster::start(3);
   auto put_via = [&](int member, const std::string& key) {
-    auto kv = pb::KV::NewStub(
-        grpc::CreateChannel(cluster->client_endpoint(member), grpc::InsecureChannelCredentials()));
+    auto kv = pb::KV::NewStub(insecure_channel(cluster->client_endpoint(member)));
     pb::PutRequest request;
     request.set_key(key);
     request.set_value("v");
@@ -578,8 +582,7 @@ TEST(EtcdClusterHelper, LeaderMovesOnPauseAndKillAndARestartedMemberRejoinsWithI
     return kv->Put(&context, request, &response);
   };
   auto serializable_count_at = [&](int member, const std::string& key) {
-    auto kv = pb::KV::NewStub(
-        grpc::CreateChannel(cluster->client_endpoint(member), grpc::InsecureChannelCredentials()));
+    auto kv = pb::KV::NewStub(insecure_channel(cluster->client_endpoint(member)));
     pb::RangeRequest request;
     request.set_key(key);
     request.set_serializable(true);  // what this member has, without asking the leader

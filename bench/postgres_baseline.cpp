@@ -1,0 +1,37 @@
+#include "postgres_baseline.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "postgres_sql.h"
+
+namespace fencelock::bench {
+
+namespace sql = detail::postgres::sql;
+
+PostgresBaseline::PostgresBaseline(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
+  if (PQstatus(conn_) != CONNECTION_OK) {
+    std::string why = PQerrorMessage(conn_);
+    PQfinish(conn_);
+    throw std::runtime_error("baseline cannot connect to PostgreSQL: " + why);
+  }
+}
+
+PostgresBaseline::~PostgresBaseline() { PQfinish(conn_); }
+
+bool PostgresBaseline::cycle(const std::string& key) {
+  std::string owner = fmt::format("{:032x}", ++counter_);
+  const char* acquire_params[] = {key.c_str(), owner.c_str(), "10000", "{}"};
+  PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 4, nullptr, acquire_params,
+                             nullptr, nullptr, 0);
+  bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
+  PQclear(r);
+  const char* release_params[] = {key.c_str(), owner.c_str()};
+  r = PQexecParams(conn_, std::string(sql::lease_release).c_str(), 2, nullptr, release_params, nullptr,
+                   nullptr, 0);
+  PQclear(r);
+  return granted;
+}
+
+}  // namespace fencelock::bench

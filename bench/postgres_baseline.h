@@ -1,0 +1,28 @@
+// The bare-libpq baseline for the PostgreSQL lease mode: the same two statements per cycle
+// (acquire, release) on one connection with PQexecParams, and nothing else.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fencelock::bench {
+
+class PostgresBaseline {
+ public:
+  // `conninfo`: a libpq URI without fencelock's parameters. Throws std::runtime_error when it
+  // cannot connect or the schema is missing (run fencelock once, or `fencelock migrate`).
+  explicit PostgresBaseline(const std::string& conninfo);
+  ~PostgresBaseline();
+  PostgresBaseline(const PostgresBaseline&) = delete;
+  PostgresBaseline& operator=(const PostgresBaseline&) = delete;
+
+  bool cycle(const std::string& key);
+
+ private:
+  PGconn* conn_ = nullptr;
+  std::uint64_t counter_ = 0;
+};
+
+}  // namespace fencelock::bench

@@ -1,0 +1,59 @@
+#include "core/wake_board.h"
+
+namespace fencelock::detail {
+
+class BoardWatch final : public ReleaseWatch {
+ public:
+  BoardWatch(WakeBoard& board, std::string id, std::uint64_t seen)
+      : board_(board), id_(std::move(id)), seen_(seen) {}
+  ~BoardWatch() override { board_.forget(id_); }
+  bool wait_until(Clock::time_point until, std::stop_token stop) override {
+    return board_.wait(id_, seen_, until, std::move(stop));
+  }
+
+ private:
+  WakeBoard& board_;
+  std::string id_;
+  std::uint64_t seen_;
+};
+
+std::unique_ptr<ReleaseWatch> WakeBoard::watch(const std::string& id) {
+  std::lock_guard lock(mu_);
+  slots_[id].watchers++;
+  return std::make_unique<BoardWatch>(*this, id, events_for(id));
+}
+
+void WakeBoard::notify(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return;
+  it->second.events++;
+  changed_.notify_all();
+}
+
+void WakeBoard::notify_all() {
+  std::lock_guard lock(mu_);
+  broadcasts_++;
+  changed_.notify_all();
+}
+
+std::uint64_t WakeBoard::events_for(const std::string& id) const {
+  auto it = slots_.find(id);
+  return broadcasts_ + (it == slots_.end() ? 0 : it->second.events);
+}
+
+void WakeBoard::forget(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(id);
+  if (--it->second.watchers == 0) slots_.erase(it);
+}
+
+bool WakeBoard::wait(const std::string& id, std::uint64_t& seen, Clock::time_point until,
+                     std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  bool woke = changed_.wait_until(lock, stop, until, [&] { return events_for(id) != seen; });
+  seen = events_for(id);
+  return woke;
+}
+
+}  // namespace fencelock::detail

@@ -1,0 +1,43 @@
+// WakeBoard: the waiting side of a backend's release events, shared by the drivers.
+//
+// A driver thread that hears "a release concerns id X" (Redis: a wake-up for owner X; PostgreSQL:
+// a release of key X) calls notify(X); after a reconnect, when events may have been missed, it
+// calls notify_all(). A watch made for X before a try sees every notify(X) and notify_all() that
+// came after it, so a release between a failed try and the wait is never missed.
+//
+// Thread-safety: all methods may be called concurrently.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/backend.h"
+
+namespace fencelock::detail {
+
+class WakeBoard {
+ public:
+  std::unique_ptr<ReleaseWatch> watch(const std::string& id);
+  void notify(const std::string& id);  // ignored when nobody watches `id`
+  void notify_all();
+
+ private:
+  friend class BoardWatch;
+  struct Slot {
+    int watchers = 0;
+    std::uint64_t events = 0;
+  };
+  std::uint64_t events_for(const std::string& id) const;  // REQUIRES: mu_ held
+  void forget(const std::string& id);
+  bool wait(const std::string& id, std::uint64_t& seen, Clock::time_point until, std::stop_token stop);
+
+  mutable std::mutex mu_;
+  std::condition_variable_any changed_;
+  std::map<std::string, Slot> slots_;  // GUARDED_BY(mu_)
+  std::uint64_t broadcasts_ = 0;       // GUARDED_BY(mu_)
+};
+
+}  // namespace fencelock::detail
