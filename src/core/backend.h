@@ -75,9 +75,28 @@ class ReleaseWatch {
   virtual bool wait_until(Clock::time_point until, std::stop_token stop) = 0;
 };
 
+// One acquisition as the Client hands it to a backend (after the local queue).
+struct AcquireCall {
+  const LockKey& key;
+  const OwnerId& owner;
+  milliseconds ttl;
+  const std::string& metadata;
+  milliseconds wait;             // 0: try once
+  Clock::time_point deadline;    // start + wait
+  std::stop_token stop;
+  milliseconds io_timeout;       // for the give-up release
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Takes the lock, waiting up to call.deadline. The default (core/wait_loop.h) is
+  // try_acquire / watch / wait on release events, which fits TTL-based backends; a backend
+  // whose server queues waiters itself (PostgreSQL advisory locks, an etcd mutex) overrides it.
+  // Returns kLocked when the wait ran out, kCancelled when call.stop fired; either way nothing
+  // of this owner is left behind.
+  virtual Result<Grant> acquire(const AcquireCall& call);
 
   // Smallest TTL the backend can honour.
   virtual milliseconds min_ttl() const = 0;

@@ -15,9 +15,6 @@ namespace fencelock::detail {
 
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
-  // How long a waiter's place in a backend's FIFO queue lasts without a retry: a waiter that
-  // crashed blocks the line at most this long. Waiters retry (refresh) at half of it.
-  static constexpr milliseconds kQueueHold{5000};
 
   ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
 
