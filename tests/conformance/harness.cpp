@@ -5,12 +5,18 @@
 
 #include <fmt/format.h>
 
+#include "core/client_core.h"
 #include "memory/memory_backend.h"
 #include "redis/redis_keys.h"
 #include "support/postgres_server.h"
 #include "support/redis_server.h"
 
 namespace fencelock::testing {
+
+void Harness::cut_off(Client& holder, const std::string&) {
+  detail::ClientAccess::core(holder).renewer().pause_renewals_for_testing(true);
+}
+
 namespace {
 
 class MemoryHarness final : public Harness {

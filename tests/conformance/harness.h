@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "fencelock/client.h"
+
 namespace fencelock::testing {
 
 class Harness {
@@ -23,6 +25,18 @@ class Harness {
   virtual long long server_waiters(const std::string& key) = 0;
   // A short TTL the backend accepts, for tests that wait for expiry or renewal.
   virtual std::chrono::milliseconds short_ttl() const { return std::chrono::milliseconds(300); }
+
+  // Makes `holder` unable to keep its lease on `key`, as a long GC pause or a partition would.
+  // Default: its renewals stop. A backend without TTL (PostgreSQL advisory) ends its session.
+  virtual void cut_off(Client& holder, const std::string& key);
+  // Called after a holder vanished without releasing (its lease dropped, release_timeout 0): what
+  // a crash does beyond that. Default: nothing (the TTL frees the key). PostgreSQL advisory:
+  // the crashed process's session ends.
+  virtual void crashed(const std::string& key) { (void)key; }
+  // Whether valid_until() bounds when another client can be granted. False for PostgreSQL
+  // advisory locks: an ended session frees the lock at once, so lost() can only follow (within
+  // the health-check interval) and fencing tokens carry safety (DESIGN.md section 1).
+  virtual bool validity_bounds_exclusion() const { return true; }
 };
 
 std::unique_ptr<Harness> make_memory_harness();
