@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -82,16 +84,36 @@ Status status_from_result(const PGresult* r) {
                               msg));
   }
   if (code.starts_with("28")) return Status(Code::kUnauthenticated, "PostgreSQL: " + msg);
+  if (code == "57014") return Status(Code::kDeadlineExceeded, "PostgreSQL: " + msg);  // cancelled
+  if (code == "55P03") return Status(Code::kLocked, "PostgreSQL: " + msg);            // lock_timeout
   if (code.starts_with("08") || code.starts_with("57") || code.starts_with("53")) {
     return Status(Code::kUnavailable, "PostgreSQL: " + msg);
   }
-  if (code == "57014") return Status(Code::kDeadlineExceeded, "PostgreSQL: " + msg);
   return Status(Code::kInternal, fmt::format("PostgreSQL error {}: {}", code, msg));
 }
 
+namespace {
+
+// Asks the server to cancel the statement running on `c` (thread-safe, as libpq documents).
+void cancel_on_server(PGcancel* cancel) {
+  char err[256];
+  PQcancel(cancel, err, sizeof err);
+}
+
+struct CancelDeleter {
+  void operator()(PGcancel* c) const { PQfreeCancel(c); }
+};
+
+}  // namespace
+
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
-                          Clock::time_point deadline, bool& broken, bool multi) {
+                          Clock::time_point deadline, bool& broken, bool multi, std::stop_token stop) {
   broken = true;  // until proven otherwise
+  std::unique_ptr<PGcancel, CancelDeleter> cancel(PQgetCancel(c));
+  std::optional<std::stop_callback<std::function<void()>>> on_stop;
+  if (stop.stop_possible() && cancel) {
+    on_stop.emplace(stop, std::function<void()>([&] { cancel_on_server(cancel.get()); }));
+  }
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p.c_str());
@@ -121,18 +143,18 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
     last.reset(r);
   }
   if (timed_out) {
-    if (PGcancel* cancel = PQgetCancel(c)) {
-      char err[256];
-      PQcancel(cancel, err, sizeof err);  // the statement must not go on after we gave up on it
-      PQfreeCancel(cancel);
-    }
+    if (cancel) cancel_on_server(cancel.get());  // the statement must not go on after we gave up
     return Status(Code::kDeadlineExceeded, "PostgreSQL did not answer in time (statement cancelled)");
   }
   if (!last) return Status(Code::kInternal, "PostgreSQL returned no result");
   auto st = PQresultStatus(last.get());
   if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
     broken = PQstatus(c) != CONNECTION_OK;
-    return status_from_result(last.get());
+    Status error = status_from_result(last.get());
+    if (stop.stop_requested() && error.code() == Code::kDeadlineExceeded) {
+      return Status(Code::kCancelled, "acquisition cancelled");
+    }
+    return error;
   }
   broken = PQstatus(c) != CONNECTION_OK;
   return last;

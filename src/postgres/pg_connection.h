@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,10 @@ Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point d
 // Runs one statement with text parameters (`multi` sends a parameterless script instead) and
 // returns its last result. On a deadline the statement is cancelled and kDeadlineExceeded
 // returned; the connection must then be dropped (`broken` is set).
+// `stop` cancels the statement on the server too (kCancelled unless it completed first).
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
-                          Clock::time_point deadline, bool& broken, bool multi = false);
+                          Clock::time_point deadline, bool& broken, bool multi = false,
+                          std::stop_token stop = {});
 
 // Maps a failed statement's SQLSTATE to a Status (42501 -> kPermissionDenied, ...).
 Status status_from_result(const PGresult* r);

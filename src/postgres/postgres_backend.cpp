@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/quorum.h"
+#include "postgres/advisory_backend.h"
 #include "postgres/pg_connection.h"
 #include "postgres/pg_listener.h"
 #include "postgres/postgres_uri.h"
@@ -26,7 +27,9 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
   std::vector<std::string> ran;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto exists = run(pool, "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
-                            "to_regclass('fencelock_tokens') IS NOT NULL",
+                            "to_regclass('fencelock_tokens') IS NOT NULL AND "
+                            "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
+                            "to_regclass('fencelock_advisory_holders') IS NOT NULL",
                       {}, Clock::now() + timeout);
     if (!exists.ok()) return exists.status();
     if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
@@ -37,7 +40,7 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
     }
     if (created.code() == Code::kPermissionDenied) {
       return Status(Code::kPermissionDenied,
-                    "cannot create the fencelock_leases table and fencelock_tokens sequence: "
+                    "cannot create fencelock's tables and sequences: "
                     "permission denied; ask an administrator to run `fencelock migrate --backend URI` "
                     "once (or grant CREATE on the schema)");
     }
@@ -53,8 +56,6 @@ class LeaseBackend final : public Backend {
         options_(options),
         pool_(uri_.conninfo, uri_.pool, options.connect_timeout),
         listener_(uri_.conninfo, options.connect_timeout) {}
-
-  PgPool& pool() { return pool_; }
 
   // Lease mode keeps time on the server with millisecond resolution over a network: a TTL
   // under a second would be mostly round trips.
@@ -162,17 +163,13 @@ class LeaseBackend final : public Backend {
 Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, const ClientOptions& options) {
   auto split = postgres::split_postgres_uri(uri);
   if (!split.ok()) return split.status();
-  if (split->mode != "lease") {
-    return Status(Code::kInvalidArgument,
-                  "PostgreSQL advisory mode is not implemented yet; add ?mode=lease to the URI for the "
-                  "lease table");
-  }
-  auto backend = std::make_unique<postgres::LeaseBackend>(*split, options);
   // Connect now, so that bad credentials, a missing database or missing rights are reported by
   // connect(), and create the schema on first use.
-  auto schema = postgres::ensure_schema(backend->pool(), options.connect_timeout + options.io_timeout);
+  postgres::PgPool setup(split->conninfo, 1, options.connect_timeout);
+  auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout);
   if (!schema.ok()) return schema.status();
-  return std::unique_ptr<Backend>(std::move(backend));
+  if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
+  return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
 }
 
 Result<std::vector<std::string>> migrate_postgres(const std::string& uri, const ClientOptions& options) {

@@ -2,8 +2,8 @@
 //
 // The URI is a libpq connection URI (sslmode, passwords from PGPASSWORD or ~/.pgpass, several
 // hosts, ...) plus fencelock's own query parameters, which are removed before libpq sees it:
-//   mode=lease | advisory   lease table with server-clock expiry, or session advisory locks
-//                           (advisory is the default; it is not implemented yet)
+//   mode=advisory | lease   session advisory locks (the default; advisory_backend.h), or the
+//                           lease table with server-clock expiry
 //   pool=N                  bounded connection pool size (default 8)
 #pragma once
 

@@ -80,12 +80,14 @@ struct BackendNames {
     if (std::is_same_v<T, RedisBackendTag>) return "redis";
     if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
     if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
+    if (std::is_same_v<T, PostgresAdvisoryBackendTag>) return "postgres_advisory";
     return "unknown";
   }
 };
 
 using Backends =
-    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag>;
+    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
+                     PostgresAdvisoryBackendTag>;
 TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
 
 // --- the Lease contract ----------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "core/client_core.h"
 #include "memory/memory_backend.h"
+#include "postgres/advisory_key.h"
 #include "redis/redis_keys.h"
 #include "support/postgres_server.h"
 #include "support/redis_server.h"
@@ -86,7 +88,52 @@ class PostgresLeaseHarness final : public Harness {
   std::unique_ptr<PostgresServer> server_;
 };
 
+// Advisory locks: the server logs every statement, so attempts are counted from its log (a
+// polling waiter would show up there); waiters are sessions queued in pg_locks; cutting off or
+// crashing a holder ends its session (pg_terminate_backend), which frees its locks at once.
+class PostgresAdvisoryHarness final : public Harness {
+ public:
+  PostgresAdvisoryHarness() : server_(PostgresServer::start({.extra_settings = {"log_statement=all"}})) {}
+  std::string uri() override { return server_->uri() + "?mode=advisory"; }
+  std::chrono::milliseconds short_ttl() const override { return std::chrono::milliseconds(1000); }
+  bool validity_bounds_exclusion() const override { return false; }
+  long long acquire_attempts(const std::string&) override {
+    std::ifstream log(server_->log_path());
+    long long attempts = 0;
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("pg_try_advisory_lock(") != std::string::npos ||
+          line.find("pg_advisory_lock(") != std::string::npos) {
+        attempts++;
+      }
+    }
+    return attempts;
+  }
+  long long server_waiters(const std::string& key) override {
+    return std::atoll(server_->sql("SELECT count(*) FROM pg_locks " + lock_filter(key, false)).c_str());
+  }
+  void cut_off(Client&, const std::string& key) override { end_holder_session(key); }
+  void crashed(const std::string& key) override { end_holder_session(key); }
+
+ private:
+  static std::string lock_filter(const std::string& key, bool granted) {
+    std::int64_t k = detail::postgres::advisory_key(key);
+    return fmt::format(
+        "WHERE locktype = 'advisory' AND {} granted AND objsubid = 1 AND classid = (({}::bigint >> 32) & "
+        "4294967295)::oid AND objid = ({}::bigint & 4294967295)::oid",
+        granted ? "" : "NOT", k, k);
+  }
+  void end_holder_session(const std::string& key) {
+    server_->sql("SELECT pg_terminate_backend(pid) FROM pg_locks " + lock_filter(key, true));
+  }
+
+  std::unique_ptr<PostgresServer> server_;
+};
+
 }  // namespace
+
+std::unique_ptr<Harness> make_postgres_advisory_harness() {
+  return std::make_unique<PostgresAdvisoryHarness>();
+}
 
 std::unique_ptr<Harness> make_postgres_lease_harness() { return std::make_unique<PostgresLeaseHarness>(); }
 

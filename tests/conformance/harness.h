@@ -43,6 +43,7 @@ std::unique_ptr<Harness> make_memory_harness();
 std::unique_ptr<Harness> make_redis_harness();    // one redis-server
 std::unique_ptr<Harness> make_redlock_harness();  // three independent redis-servers
 std::unique_ptr<Harness> make_postgres_lease_harness();  // one PostgreSQL 15 server, mode=lease
+std::unique_ptr<Harness> make_postgres_advisory_harness();  // one PostgreSQL 15 server, mode=advisory
 
 struct MemoryBackendTag {
   static std::unique_ptr<Harness> make() { return make_memory_harness(); }
@@ -55,6 +56,9 @@ struct RedlockBackendTag {
 };
 struct PostgresLeaseBackendTag {
   static std::unique_ptr<Harness> make() { return make_postgres_lease_harness(); }
+};
+struct PostgresAdvisoryBackendTag {
+  static std::unique_ptr<Harness> make() { return make_postgres_advisory_harness(); }
 };
 
 }  // namespace fencelock::testing

@@ -49,12 +49,6 @@ TEST_F(PostgresLease, ServerDownIsUnavailable) {
   EXPECT_EQ(client.code(), Code::kUnavailable) << client.status().to_string();
 }
 
-TEST_F(PostgresLease, AdvisoryModeIsReportedAsNotImplementedYet) {
-  auto client = Client::connect(server_->uri());  // mode defaults to advisory
-  ASSERT_EQ(client.code(), Code::kInvalidArgument);
-  EXPECT_NE(client.status().message().find("mode=lease"), std::string::npos);
-}
-
 TEST_F(PostgresLease, TtlBelowOneSecondIsRejectedAndNothingIsHeld) {
   auto client = Client::connect(uri());
   ASSERT_TRUE(client.ok()) << client.status().to_string();

@@ -8,3 +8,16 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
   expires_at timestamptz NOT NULL,
   holder     jsonb
 )
+;
+-- Advisory mode: tokens, and who holds which advisory key (for inspect/list; a row counts only
+-- while pg_locks shows its session holding the key, so rows of dead sessions are harmless).
+CREATE SEQUENCE IF NOT EXISTS fencelock_advisory_tokens;
+CREATE TABLE IF NOT EXISTS fencelock_advisory_holders (
+  key    bigint PRIMARY KEY,
+  name   text NOT NULL,
+  owner  text NOT NULL,
+  token  bigint NOT NULL,
+  ttl_ms bigint NOT NULL,
+  holder jsonb,
+  pid    integer NOT NULL
+)

@@ -1,0 +1,237 @@
+#include "postgres/advisory_backend.h"
+
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/quorum.h"
+#include "core/wake_board.h"
+#include "postgres/advisory_key.h"
+#include "postgres/session_pool.h"
+#include "postgres_sql.h"
+
+namespace fencelock::detail::postgres {
+namespace {
+
+std::int64_t to_int(const PGresult* r, int row, int col) {
+  return PQgetisnull(r, row, col) ? 0 : std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
+}
+
+class AdvisoryBackend final : public Backend {
+ public:
+  AdvisoryBackend(PostgresUri uri, ClientOptions options)
+      : uri_(std::move(uri)), options_(options), sessions_(uri_.conninfo, uri_.pool, options.connect_timeout) {}
+
+  // The TTL only paces health checks here; below a second they would be mostly round trips.
+  milliseconds min_ttl() const override { return milliseconds(1000); }
+
+  Result<Grant> acquire(const AcquireCall& call) override {
+    const std::int64_t key = advisory_key(call.key.str());
+    if (call.wait <= milliseconds(0)) return try_once(call, key);
+    return wait_in_queue(call, key);
+  }
+
+  TryResult try_acquire(const GrantRequest& req) override {
+    AcquireCall call{req.key, req.owner, req.ttl, req.metadata, milliseconds(0), Clock::now(), {},
+                     options_.io_timeout};
+    auto grant = try_once(call, advisory_key(req.key.str()));
+    if (grant.ok()) return TryResult{Status::Ok(), *grant, milliseconds(0)};
+    return TryResult{grant.status(), std::nullopt, milliseconds(0)};
+  }
+
+  // Waits happen in PostgreSQL's queue (acquire), so no release events are needed.
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
+    return unused_.watch(key.str());
+  }
+
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    std::vector<RenewOutcome> out(items.size());
+    std::map<Session*, std::vector<std::size_t>> by_session;
+    std::map<Session*, std::shared_ptr<Session>> sessions;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        auto it = held_.find(items[i].owner->hex());
+        if (it == held_.end()) {
+          out[i] = {RenewOutcome::kRejected, {}};
+          continue;
+        }
+        by_session[it->second.session.get()].push_back(i);
+        sessions[it->second.session.get()] = it->second.session;
+      }
+    }
+    for (auto& [raw, indices] : by_session) {
+      const std::shared_ptr<Session>& session = sessions[raw];
+      const Clock::time_point sent = Clock::now();
+      Status ready = sessions_.checkout_this(session, sent + options_.io_timeout);
+      RenewOutcome::Kind kind = RenewOutcome::kUnknown;
+      if (ready.code() == Code::kUnavailable) {
+        kind = RenewOutcome::kRejected;  // the session died: its locks are gone
+      } else if (ready.ok()) {
+        bool broken = false;
+        auto r = execute(session->conn.get(), "SELECT 1", {}, sent + options_.io_timeout, broken);
+        sessions_.checkin(session, broken || !r.ok());
+        kind = r.ok() ? RenewOutcome::kRenewed : RenewOutcome::kRejected;
+      }
+      for (std::size_t i : indices) {
+        out[i] = {kind, validity_deadline(sent, items[i].ttl, options_.drift_factor)};
+      }
+    }
+    return out;
+  }
+
+  Status release(const LockKey&, const OwnerId& owner, Clock::time_point deadline) override {
+    Holding holding;
+    {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(owner.hex());
+      if (it == held_.end()) return Status::Ok();  // never granted, or already released
+      holding = it->second;
+      held_.erase(it);
+    }
+    Status ready = sessions_.checkout_this(holding.session, deadline);
+    if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and its lock are gone
+    if (!ready.ok()) return ready;
+    bool broken = false;
+    auto r = execute(holding.session->conn.get(), "SELECT pg_advisory_unlock($1::bigint)",
+                     {std::to_string(holding.key)}, deadline, broken);
+    if (r.ok()) sessions_.note_held(holding.session, holding.key, false);
+    // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
+    sessions_.checkin(holding.session, broken || !r.ok());
+    return Status::Ok();
+  }
+
+  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+    auto found = query_holders(key.str(), true);
+    if (!found.ok()) return found.status();
+    if (!found->empty()) return std::optional<HolderInfo>(std::move(found->front()));
+    // Held by a session that is not a fencelock client (psql, another library)?
+    auto r = run_any(std::string(sql::advisory_foreign), {std::to_string(advisory_key(key.str()))});
+    if (!r.ok()) return r.status();
+    if (PQntuples(r->get()) == 0) return std::optional<HolderInfo>();
+    const PGresult* res = r->get();
+    nlohmann::json meta = {{"pid", to_int(res, 0, 0)},
+                           {"application_name", PQgetvalue(res, 0, 1)},
+                           {"client", PQgetvalue(res, 0, 2)},
+                           {"advisory_key", advisory_key(key.str())}};
+    return std::optional<HolderInfo>(HolderInfo{key.str(), "", FencingToken(0), milliseconds(0), meta.dump()});
+  }
+
+  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+    return query_holders(std::string(prefix), false);
+  }
+
+  std::string describe() const override { return uri_.description; }
+
+ private:
+  struct Holding {
+    std::shared_ptr<Session> session;
+    std::int64_t key = 0;
+  };
+
+  Grant remember(const AcquireCall& call, const std::shared_ptr<Session>& session, std::int64_t key,
+                 std::uint64_t token, Clock::time_point sent) {
+    sessions_.note_held(session, key, true);
+    std::lock_guard lock(mu_);
+    held_[call.owner.hex()] = Holding{session, key};
+    return Grant{FencingToken(token), validity_deadline(sent, call.ttl, options_.drift_factor)};
+  }
+
+  std::vector<std::string> note_params(const AcquireCall& call, std::int64_t key) const {
+    return {std::to_string(key), call.key.str(), call.owner.hex(), std::to_string(call.ttl.count()),
+            call.metadata};
+  }
+
+  Result<Grant> try_once(const AcquireCall& call, std::int64_t key) {
+    const Clock::time_point sent = Clock::now();
+    auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, sent + options_.io_timeout);
+    if (!session.ok()) return session.status();
+    bool broken = false;
+    auto r = execute((*session)->conn.get(), std::string(sql::advisory_try), note_params(call, key),
+                     sent + options_.io_timeout, broken);
+    if (!r.ok()) {
+      sessions_.checkin(*session, true);  // ambiguous: closing the session frees whatever it took
+      return r.status();
+    }
+    if (PQgetisnull(r->get(), 0, 0)) {
+      sessions_.checkin(*session, broken);
+      return Status(Code::kLocked, fmt::format("advisory lock {} is held by another session", key));
+    }
+    Grant grant = remember(call, *session, key, static_cast<std::uint64_t>(to_int(r->get(), 0, 0)), sent);
+    sessions_.checkin(*session, broken);
+    return grant;
+  }
+
+  // Waits in PostgreSQL's own queue: FIFO, woken by the server at the holder's release.
+  Result<Grant> wait_in_queue(const AcquireCall& call, std::int64_t key) {
+    auto session = sessions_.checkout(SessionPool::Need::kEmpty, key, call.deadline);
+    if (!session.ok()) {
+      if (session.code() != Code::kDeadlineExceeded) return session.status();
+      return Status(Code::kLocked, fmt::format("every pooled PostgreSQL session stayed busy for the whole "
+                                               "wait (pool={}); raise pool= or the wait",
+                                               uri_.pool));
+    }
+    PGconn* c = (*session)->conn.get();
+    auto left = std::max<long long>(std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
+    std::string wait_sql = fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key);
+    bool broken = false;
+    auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken, /*multi=*/true, call.stop);
+    if (!waited.ok()) {
+      sessions_.checkin(*session, broken || waited.code() == Code::kDeadlineExceeded);
+      if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
+      if (waited.code() == Code::kLocked) {
+        return Status(Code::kLocked, fmt::format("advisory lock {} is still held after the wait", key));
+      }
+      return waited.status();
+    }
+    const Clock::time_point sent = Clock::now();
+    auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key), sent + options_.io_timeout,
+                         broken);
+    if (!noted.ok() || call.stop.stop_requested()) {
+      sessions_.checkin(*session, true);  // closing the session releases the lock it just got
+      return call.stop.stop_requested() ? Status(Code::kCancelled, "acquisition cancelled") : noted.status();
+    }
+    Grant grant = remember(call, *session, key, static_cast<std::uint64_t>(to_int(noted->get(), 0, 0)), sent);
+    sessions_.checkin(*session, broken);
+    return grant;
+  }
+
+  Result<ResultPtr> run_any(const std::string& sql, const std::vector<std::string>& params) {
+    const Clock::time_point deadline = Clock::now() + options_.io_timeout;
+    auto session = sessions_.checkout(SessionPool::Need::kAny, 0, deadline);
+    if (!session.ok()) return session.status();
+    bool broken = false;
+    auto r = execute((*session)->conn.get(), sql, params, deadline, broken);
+    sessions_.checkin(*session, broken);
+    return r;
+  }
+
+  Result<std::vector<HolderInfo>> query_holders(const std::string& name, bool exact) {
+    auto r = run_any(std::string(sql::advisory_inspect), {name, exact ? "true" : "false"});
+    if (!r.ok()) return r.status();
+    std::vector<HolderInfo> out;
+    const PGresult* res = r->get();
+    for (int row = 0; row < PQntuples(res); ++row) {
+      out.push_back(HolderInfo{PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
+                               FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
+                               milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
+    }
+    return out;
+  }
+
+  const PostgresUri uri_;
+  const ClientOptions options_;
+  SessionPool sessions_;
+  WakeBoard unused_;
+  std::mutex mu_;
+  std::map<std::string, Holding> held_;  // GUARDED_BY(mu_): owner id -> where its lock lives
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri, const ClientOptions& options) {
+  return std::make_unique<AdvisoryBackend>(uri, options);
+}
+
+}  // namespace fencelock::detail::postgres

@@ -1,0 +1,90 @@
+#include "postgres/session_pool.h"
+
+#include <fmt/format.h>
+
+namespace fencelock::detail::postgres {
+
+bool SessionPool::suitable(const Session& s, Need need, std::int64_t key) const {
+  if (s.busy || s.closed) return false;
+  switch (need) {
+    case Need::kAny: return true;
+    case Need::kNotKey: return !s.held.contains(key);
+    case Need::kEmpty: return s.held.empty();
+  }
+  return false;
+}
+
+Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t key, Clock::time_point deadline) {
+  {
+    std::unique_lock lock(mu_);
+    while (true) {
+      // Prefer sessions that already hold locks for tries, so that empty ones stay free for waits.
+      std::shared_ptr<Session> pick;
+      for (auto& s : sessions_) {
+        if (!suitable(*s, need, key)) continue;
+        if (!pick || (need != Need::kEmpty && s->held.size() > pick->held.size())) pick = s;
+      }
+      if (pick) {
+        pick->busy = true;
+        return pick;
+      }
+      if (sessions_.size() + opening_ < max_) break;
+      if (!changed_.wait_until(lock, deadline, [&] {
+            for (auto& s : sessions_) {
+              if (suitable(*s, need, key)) return true;
+            }
+            return sessions_.size() + opening_ < max_;
+          })) {
+        return Status(Code::kDeadlineExceeded,
+                      fmt::format("no suitable PostgreSQL session came free in time (pool of {})", max_));
+      }
+    }
+    opening_++;
+  }
+  auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
+  std::lock_guard lock(mu_);
+  opening_--;
+  changed_.notify_all();
+  if (!opened.ok()) return opened.status();
+  auto session = std::make_shared<Session>();
+  session->conn = std::move(*opened);
+  session->busy = true;
+  sessions_.push_back(session);
+  return session;
+}
+
+Status SessionPool::checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  bool idle = changed_.wait_until(lock, deadline, [&] { return session->closed || !session->busy; });
+  if (session->closed) return Status(Code::kUnavailable, "the PostgreSQL session holding the lock is gone");
+  if (!idle) return Status(Code::kDeadlineExceeded, "the PostgreSQL session holding the lock stayed busy");
+  session->busy = true;
+  return Status::Ok();
+}
+
+void SessionPool::checkin(const std::shared_ptr<Session>& session, bool broken) {
+  std::lock_guard lock(mu_);
+  session->busy = false;
+  if (broken || PQstatus(session->conn.get()) != CONNECTION_OK) {
+    session->closed = true;  // its advisory locks ended with it
+    session->held.clear();
+    sessions_.remove(session);
+  }
+  changed_.notify_all();
+}
+
+bool SessionPool::closed(const std::shared_ptr<Session>& session) {
+  std::lock_guard lock(mu_);
+  return session->closed;
+}
+
+void SessionPool::note_held(const std::shared_ptr<Session>& session, std::int64_t key, bool held) {
+  std::lock_guard lock(mu_);
+  if (held) {
+    session->held.insert(key);
+  } else {
+    session->held.erase(key);
+  }
+}
+
+}  // namespace fencelock::detail::postgres

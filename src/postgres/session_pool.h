@@ -1,0 +1,73 @@
+// Sessions for advisory mode: pooled connections that remember which advisory keys they hold.
+//
+// A session-level advisory lock belongs to the connection that took it, so the pool tracks, per
+// connection, the keys it holds and whether a statement is running on it:
+//   - a try (pg_try_advisory_lock) runs on any idle session that does not hold the key (never on
+//     the one that does: advisory locks stack per session, which would grant a second holder);
+//   - a blocking wait (pg_advisory_lock, in PostgreSQL's FIFO queue) runs on an idle session that
+//     holds nothing, and keeps it busy until granted or given up: a wait must never delay the
+//     release of a lock held by the same session;
+//   - a release or health check runs on the session that holds the key, once it is idle.
+// At most `max` sessions exist; a caller that needs one while all are busy or unsuitable waits
+// for one until its deadline. A session whose connection broke is closed and dropped: its locks
+// died with it, and leases on it are reported lost at their next health check.
+//
+// Thread-safety: all methods may be called concurrently.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/backend.h"
+#include "postgres/pg_connection.h"
+
+namespace fencelock::detail::postgres {
+
+struct Session {
+  ConnPtr conn;
+  std::set<std::int64_t> held;  // advisory keys this session holds (pool mutex)
+  bool busy = false;            // a statement runs on it (pool mutex)
+  bool closed = false;          // its connection broke (pool mutex)
+};
+
+class SessionPool {
+ public:
+  enum class Need {
+    kAny,      // any idle session (read-only statements)
+    kNotKey,   // an idle session that does not hold `key`
+    kEmpty,    // an idle session that holds nothing
+  };
+
+  SessionPool(std::string conninfo, std::size_t max, milliseconds connect_timeout)
+      : conninfo_(std::move(conninfo)), max_(max), connect_timeout_(connect_timeout) {}
+
+  // Marks a suitable session busy and returns it. kDeadlineExceeded when none became available
+  // in time; kUnavailable/kUnauthenticated/... when a new connection could not be opened.
+  Result<std::shared_ptr<Session>> checkout(Need need, std::int64_t key, Clock::time_point deadline);
+  // Waits until `session` is idle and marks it busy. kUnavailable when it is closed.
+  Status checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline);
+  // Marks it idle again; `broken` closes and drops it.
+  void checkin(const std::shared_ptr<Session>& session, bool broken);
+
+  bool closed(const std::shared_ptr<Session>& session);
+  // Records that the session now holds / no longer holds `key` (REQUIRES: checked out by caller).
+  void note_held(const std::shared_ptr<Session>& session, std::int64_t key, bool held);
+
+ private:
+  bool suitable(const Session& s, Need need, std::int64_t key) const;
+
+  const std::string conninfo_;
+  const std::size_t max_;
+  const milliseconds connect_timeout_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::list<std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)
+  std::size_t opening_ = 0;                       // GUARDED_BY(mu_)
+};
+
+}  // namespace fencelock::detail::postgres

@@ -1,0 +1,191 @@
+// PostgreSQL advisory mode against a real PostgreSQL 15 server: interop with psql's own advisory
+// locks, FIFO waits in PostgreSQL's queue, a terminated or restarted holder session, and the
+// pool under many waiters. The backend-neutral guarantees are in conformance_test.cpp.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fencelock/client.h"
+#include "postgres/advisory_key.h"
+#include "support/postgres_server.h"
+#include "support/process.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+  auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+class PostgresAdvisory : public ::testing::Test {
+ protected:
+  void SetUp() override { server_ = PostgresServer::start(); }
+  std::string uri(const std::string& extra = "") const { return server_->uri() + "?mode=advisory" + extra; }
+  Client connect(const std::string& extra = "", ClientOptions options = {}) {
+    auto client = Client::connect(uri(extra), options);
+    if (!client.ok()) throw std::runtime_error(client.status().to_string());
+    return std::move(*client);
+  }
+  long long sessions_waiting_on(std::string_view name) {
+    std::int64_t k = detail::postgres::advisory_key(name);
+    return std::stoll(server_->sql(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 "
+        "AND classid = ((" + std::to_string(k) + "::bigint >> 32) & 4294967295)::oid "
+        "AND objid = (" + std::to_string(k) + "::bigint & 4294967295)::oid"));
+  }
+  std::unique_ptr<PostgresServer> server_;
+};
+
+// psql's pg_advisory_lock(12345) and fencelock's lock "12345" exclude each other, both ways.
+TEST_F(PostgresAdvisory, PsqlAndFencelockExcludeEachOtherOnDecimalKeys) {
+  ChildProcess psql = ChildProcess::spawn(
+      {"psql", "-X", "-q", server_->uri(), "-c", "SELECT pg_advisory_lock(12345)", "-c", "SELECT pg_sleep(60)"});
+  Client client = connect();
+  ASSERT_TRUE(eventually([&] {
+    return server_->sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = 12345") == "1";
+  })) << "psql never took its lock";
+  auto refused = client.acquire(key("12345"), {.ttl = 5s});
+  EXPECT_EQ(refused.code(), Code::kLocked) << refused.status().to_string();
+  auto holder = client.inspect(key("12345"));
+  ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
+  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL), 12345) << (*holder)->metadata;
+  // End psql's session (its backend would sit in pg_sleep until it noticed a killed client).
+  server_->sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = 12345");
+  psql.wait();
+  auto lease = client.acquire(key("12345"), {.ttl = 5s, .wait = 10s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(server_->sql("SELECT pg_try_advisory_lock(12345)"), "f");  // the reverse
+  ASSERT_TRUE(lease->release().ok());
+  EXPECT_EQ(server_->sql("SELECT pg_try_advisory_lock(12345)"), "t");
+}
+
+// Waiters from different Clients are granted in the order they queued in PostgreSQL.
+TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
+  constexpr int kWaiters = 6;
+  Client holder = connect();
+  auto held = holder.acquire(key("fifo"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok());
+  std::vector<Client> clients;
+  for (int i = 0; i < kWaiters; ++i) clients.push_back(connect());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::uint64_t> tokens;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto lease = clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
+      if (!lease.ok()) return;
+      std::lock_guard lock(mu);
+      order.push_back(i);
+      tokens.push_back(lease->token().value());
+    });
+    ASSERT_TRUE(eventually([&] { return sessions_waiting_on("fifo") == i + 1; })) << "waiter " << i;
+  }
+  ASSERT_TRUE(held->release().ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
+}
+
+// pg_terminate_backend on the holder's session frees the lock at once; the holder is told at its
+// next health check, and the next holder's token is larger.
+TEST_F(PostgresAdvisory, ATerminatedHolderSessionFiresLostAndTheNextTokenIsLarger) {
+  Client a = connect(), b = connect();
+  auto lease = a.acquire(key("terminated"), {.ttl = 1500ms});
+  ASSERT_TRUE(lease.ok());
+  std::atomic<bool> lost{false};
+  lease->on_lost([&] { lost = true; });
+  std::int64_t k = detail::postgres::advisory_key("terminated");
+  server_->sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+               "AND objid = (" + std::to_string(k) + "::bigint & 4294967295)::oid");
+  auto next = b.acquire(key("terminated"), {.ttl = 5s, .wait = 10s});
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_GT(next->token(), lease->token());
+  EXPECT_TRUE(eventually([&] { return lost.load(); })) << "the holder was never told";
+}
+
+// 100 waiters on 100 keys through a pool of 8 sessions: every one is served (a blocked wait
+// occupies a session, so the others queue for sessions within their own wait time).
+TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
+  constexpr int kKeys = 100;
+  Client holder = connect("&pool=8");
+  std::vector<Lease> held;
+  for (int i = 0; i < kKeys; ++i) {
+    auto lease = holder.acquire(key("many/" + std::to_string(i)), {.ttl = 30s});
+    ASSERT_TRUE(lease.ok()) << i << ": " << lease.status().to_string();
+    held.push_back(std::move(*lease));
+  }
+  Client waiters = connect("&pool=8");
+  std::atomic<int> served{0};
+  std::vector<std::string> failures;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kKeys; ++i) {
+    threads.emplace_back([&, i] {
+      auto lease = waiters.acquire(key("many/" + std::to_string(i)), {.ttl = 5s, .wait = 60s});
+      if (lease.ok()) {
+        served++;
+        return;
+      }
+      std::lock_guard lock(mu);
+      failures.push_back(lease.status().to_string());
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return std::stoi(server_->sql(
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")) == 8; }));
+  held.clear();  // releases all 100
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(served.load(), kKeys);
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  EXPECT_LE(std::stoi(server_->sql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'fencelock' "
+                                   "AND application_name <> 'fencelock-test-psql'")),
+            16 + 1);  // two pools of 8 (and this query's own session is psql)
+}
+
+// A server restart ends every session: held leases are reported lost (never "held" without
+// their lock), and the Client reconnects for new acquisitions.
+TEST_F(PostgresAdvisory, AServerRestartLosesHeldLeasesAndTheClientRecovers) {
+  Client client = connect("", {.io_timeout = 500ms});
+  auto lease = client.acquire(key("restart"), {.ttl = 1500ms});
+  ASSERT_TRUE(lease.ok());
+  std::atomic<bool> lost{false};
+  lease->on_lost([&] { lost = true; });
+  server_->restart();
+  EXPECT_TRUE(eventually([&] { return lost.load(); })) << "a lease survived the end of its session";
+  std::optional<Result<Lease>> next;
+  ASSERT_TRUE(eventually([&] {
+    next.emplace(client.acquire(key("restart"), {.ttl = 5s}));
+    return next->ok();
+  })) << next->status().to_string();
+}
+
+TEST_F(PostgresAdvisory, StatusShowsTheAdvisoryKeyUsed) {
+  Client client = connect();
+  auto lease = client.acquire(key("jobs/nightly"), {.ttl = 5s});
+  ASSERT_TRUE(lease.ok());
+  auto holder = client.inspect(key("jobs/nightly"));
+  ASSERT_TRUE(holder.ok() && holder->has_value());
+  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL), -7836533424575595787LL)
+      << (*holder)->metadata;
+  EXPECT_EQ((*holder)->token, lease->token());
+}
+
+}  // namespace
+}  // namespace fencelock::testing
