@@ -65,11 +65,10 @@ int main(int argc, char** argv) {
   std::vector<nlohmann::json> results;
   try {
     std::vector<std::pair<std::string, std::string>> backends = {{"redis", redis}, {"redlock", redlock}};
-    if (!postgres.empty()) {
-      if (postgres.find("mode=") == std::string::npos) {
-        postgres += (postgres.find('?') == std::string::npos ? "?" : "&") + std::string("mode=lease");
-      }
-      backends.emplace_back("pg_lease", postgres);
+    if (!postgres.empty()) {  // both modes; the URI must not carry a mode of its own
+      std::string sep = postgres.find('?') == std::string::npos ? "?" : "&";
+      backends.emplace_back("pg_advis", postgres + sep + "mode=advisory");
+      backends.emplace_back("pg_lease", postgres + sep + "mode=lease");
     }
     for (const auto& [label, uri] : backends) {
       auto u = run_uncontended({.label = label, .uri = uri, .duration = std::chrono::seconds(seconds)});

@@ -4,13 +4,15 @@
 
 #include <fmt/format.h>
 
+#include "postgres/advisory_key.h"
 #include "postgres_sql.h"
 
 namespace fencelock::bench {
 
 namespace sql = detail::postgres::sql;
 
-PostgresBaseline::PostgresBaseline(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
+PostgresBaseline::PostgresBaseline(const std::string& conninfo, bool advisory)
+    : advisory_(advisory), conn_(PQconnectdb(conninfo.c_str())) {
   if (PQstatus(conn_) != CONNECTION_OK) {
     std::string why = PQerrorMessage(conn_);
     PQfinish(conn_);
@@ -22,6 +24,18 @@ PostgresBaseline::~PostgresBaseline() { PQfinish(conn_); }
 
 bool PostgresBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
+  if (advisory_) {
+    std::string k = std::to_string(detail::postgres::advisory_key(key));
+    const char* try_params[] = {k.c_str(), key.c_str(), owner.c_str(), "10000", "{}"};
+    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 5, nullptr, try_params, nullptr,
+                               nullptr, 0);
+    bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
+    PQclear(r);
+    const char* unlock_params[] = {k.c_str()};
+    r = PQexecParams(conn_, "SELECT pg_advisory_unlock($1::bigint)", 1, nullptr, unlock_params, nullptr, nullptr, 0);
+    PQclear(r);
+    return granted;
+  }
   const char* acquire_params[] = {key.c_str(), owner.c_str(), "10000", "{}"};
   PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 4, nullptr, acquire_params,
                              nullptr, nullptr, 0);

@@ -1,5 +1,6 @@
-// The bare-libpq baseline for the PostgreSQL lease mode: the same two statements per cycle
-// (acquire, release) on one connection with PQexecParams, and nothing else.
+// The bare-libpq baseline for PostgreSQL: the same two statements per cycle as fencelock (lease
+// mode: lease_acquire.sql, lease_release.sql; advisory mode: advisory_try.sql and
+// pg_advisory_unlock) on one connection with PQexecParams, and nothing else.
 #pragma once
 
 #include <libpq-fe.h>
@@ -13,7 +14,7 @@ class PostgresBaseline {
  public:
   // `conninfo`: a libpq URI without fencelock's parameters. Throws std::runtime_error when it
   // cannot connect or the schema is missing (run fencelock once, or `fencelock migrate`).
-  explicit PostgresBaseline(const std::string& conninfo);
+  PostgresBaseline(const std::string& conninfo, bool advisory);
   ~PostgresBaseline();
   PostgresBaseline(const PostgresBaseline&) = delete;
   PostgresBaseline& operator=(const PostgresBaseline&) = delete;
@@ -21,6 +22,7 @@ class PostgresBaseline {
   bool cycle(const std::string& key);
 
  private:
+  bool advisory_;
   PGconn* conn_ = nullptr;
   std::uint64_t counter_ = 0;
 };

@@ -54,7 +54,7 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
   std::function<bool(const std::string&)> bare;
   if (config.uri.starts_with("postgres")) {
     auto split = detail::postgres::split_postgres_uri(config.uri);
-    auto pg = std::make_shared<PostgresBaseline>(split->conninfo);
+    auto pg = std::make_shared<PostgresBaseline>(split->conninfo, split->mode == "advisory");
     bare = [pg](const std::string& k) { return pg->cycle(k); };
   } else {
     auto redis = std::make_shared<RedisBaseline>(endpoints_of(config.uri));

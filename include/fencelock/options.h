@@ -27,6 +27,10 @@ struct AcquireOptions {
   // Free-form holder metadata (JSON object text) shown by inspect()/list(). Default empty: the
   // client fills in {"host":..,"pid":..,"program":..}.
   std::string metadata;
+  // Shared (reader) lock: any number of shared holders at once, excluding exclusive ones.
+  // Default false. Only PostgreSQL advisory mode supports it (pg_advisory_lock_shared); other
+  // backends reject it with kInvalidArgument. Shared holders get tokens like any grant.
+  bool shared = false;
 };
 
 struct ClientOptions {

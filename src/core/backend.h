@@ -85,6 +85,7 @@ struct AcquireCall {
   Clock::time_point deadline;    // start + wait
   std::stop_token stop;
   milliseconds io_timeout;       // for the give-up release
+  bool shared = false;           // REQUIRES: supports_shared()
 };
 
 class Backend {
@@ -100,6 +101,8 @@ class Backend {
 
   // Smallest TTL the backend can honour.
   virtual milliseconds min_ttl() const = 0;
+  // Whether AcquireOptions::shared (reader locks) is available.
+  virtual bool supports_shared() const { return false; }
 
   // One attempt to take the lock. Never leaves a partial grant behind: on any failure the
   // backend has already released (by owner id) whatever it took.

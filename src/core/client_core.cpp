@@ -34,6 +34,10 @@ Status ClientCore::validate(const AcquireOptions& options) const {
                   fmt::format("TTL {} is below this backend's minimum of {}",
                               format_duration(options.ttl), format_duration(backend_->min_ttl())));
   }
+  if (options.shared && !backend_->supports_shared()) {
+    return Status(Code::kInvalidArgument,
+                  "shared (reader) locks are available only with PostgreSQL advisory locks");
+  }
   if (options.wait < milliseconds(0)) {
     return Status(Code::kInvalidArgument,
                   fmt::format("wait must not be negative, got {}ms", options.wait.count()));
@@ -57,7 +61,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   const OwnerId owner = OwnerId::random();
   const std::string& metadata = options.metadata.empty() ? default_metadata_ : options.metadata;
   auto grant = backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
-                                             options.stop, options_.io_timeout});
+                                             options.stop, options_.io_timeout, options.shared});
   if (!grant.ok()) return grant.status();
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);

@@ -25,6 +25,7 @@ class AdvisoryBackend final : public Backend {
 
   // The TTL only paces health checks here; below a second they would be mostly round trips.
   milliseconds min_ttl() const override { return milliseconds(1000); }
+  bool supports_shared() const override { return true; }
 
   Result<Grant> acquire(const AcquireCall& call) override {
     const std::int64_t key = advisory_key(call.key.str());
@@ -94,7 +95,7 @@ class AdvisoryBackend final : public Backend {
     if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and its lock are gone
     if (!ready.ok()) return ready;
     bool broken = false;
-    auto r = execute(holding.session->conn.get(), "SELECT pg_advisory_unlock($1::bigint)",
+    auto r = execute(holding.session->conn.get(), for_mode("SELECT pg_advisory_unlock($1::bigint)", holding.shared),
                      {std::to_string(holding.key)}, deadline, broken);
     if (r.ok()) sessions_.note_held(holding.session, holding.key, false);
     // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
@@ -128,13 +129,27 @@ class AdvisoryBackend final : public Backend {
   struct Holding {
     std::shared_ptr<Session> session;
     std::int64_t key = 0;
+    bool shared = false;
   };
+
+  // The shared (reader) variant of a statement: the _shared advisory functions.
+  static std::string for_mode(std::string_view sql, bool shared) {
+    std::string out(sql);
+    if (!shared) return out;
+    for (std::string_view fn : {"pg_try_advisory_lock(", "pg_advisory_lock(", "pg_advisory_unlock("}) {
+      std::string shared_fn = std::string(fn.substr(0, fn.size() - 1)) + "_shared(";
+      for (auto at = out.find(fn); at != std::string::npos; at = out.find(fn, at + shared_fn.size())) {
+        out.replace(at, fn.size(), shared_fn);
+      }
+    }
+    return out;
+  }
 
   Grant remember(const AcquireCall& call, const std::shared_ptr<Session>& session, std::int64_t key,
                  std::uint64_t token, Clock::time_point sent) {
     sessions_.note_held(session, key, true);
     std::lock_guard lock(mu_);
-    held_[call.owner.hex()] = Holding{session, key};
+    held_[call.owner.hex()] = Holding{session, key, call.shared};
     return Grant{FencingToken(token), validity_deadline(sent, call.ttl, options_.drift_factor)};
   }
 
@@ -148,7 +163,7 @@ class AdvisoryBackend final : public Backend {
     auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, sent + options_.io_timeout);
     if (!session.ok()) return session.status();
     bool broken = false;
-    auto r = execute((*session)->conn.get(), std::string(sql::advisory_try), note_params(call, key),
+    auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared), note_params(call, key),
                      sent + options_.io_timeout, broken);
     if (!r.ok()) {
       sessions_.checkin(*session, true);  // ambiguous: closing the session frees whatever it took
@@ -174,7 +189,8 @@ class AdvisoryBackend final : public Backend {
     }
     PGconn* c = (*session)->conn.get();
     auto left = std::max<long long>(std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
-    std::string wait_sql = fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key);
+    std::string wait_sql =
+        for_mode(fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key), call.shared);
     bool broken = false;
     auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken, /*multi=*/true, call.stop);
     if (!waited.ok()) {

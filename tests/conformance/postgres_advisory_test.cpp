@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -174,6 +175,31 @@ TEST_F(PostgresAdvisory, AServerRestartLosesHeldLeasesAndTheClientRecovers) {
     next.emplace(client.acquire(key("restart"), {.ttl = 5s}));
     return next->ok();
   })) << next->status().to_string();
+}
+
+// Shared (reader) locks: several holders at once; an exclusive one waits until all are gone.
+// Backends without shared locks refuse the option instead of silently taking an exclusive lock.
+TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll) {
+  Client a = connect(), b = connect(), c = connect();
+  auto first = a.acquire(key("readers"), {.ttl = 5s, .shared = true});
+  auto second = b.acquire(key("readers"), {.ttl = 5s, .shared = true});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_NE(first->token(), second->token());
+  EXPECT_EQ(c.acquire(key("readers"), {.ttl = 5s}).code(), Code::kLocked);
+  std::optional<Result<Lease>> writer;
+  std::thread waiting([&] { writer.emplace(c.acquire(key("readers"), {.ttl = 5s, .wait = 30s})); });
+  ASSERT_TRUE(eventually([&] { return sessions_waiting_on("readers") == 1; }));
+  ASSERT_TRUE(first->release().ok());
+  EXPECT_EQ(sessions_waiting_on("readers"), 1) << "the writer went in while a reader still held the lock";
+  ASSERT_TRUE(second->release().ok());
+  waiting.join();
+  ASSERT_TRUE(writer->ok()) << writer->status().to_string();
+  EXPECT_GT((*writer)->token(), second->token());
+
+  auto lease_mode = Client::connect(server_->uri() + "?mode=lease");
+  ASSERT_TRUE(lease_mode.ok());
+  EXPECT_EQ(lease_mode->acquire(key("readers-lease"), {.ttl = 5s, .shared = true}).code(), Code::kInvalidArgument);
 }
 
 TEST_F(PostgresAdvisory, StatusShowsTheAdvisoryKeyUsed) {
