@@ -31,7 +31,8 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     TryResult attempt =
         backend.try_acquire(GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
     if (attempt.grant) return *attempt.grant;
-    if (attempt.status.code() != Code::kLocked) return attempt.status;  // already released
+    // Errors: the backend already released what the try took; leave the queue place too.
+    if (attempt.status.code() != Code::kLocked) return give_up(attempt.status);
     now = Clock::now();
     if (now >= call.deadline) {
       if (!waits) return attempt.status;
