@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# fencelock demo (a few seconds once built): installs what is missing, builds, starts three local
-# redis-server instances (scripts/servers.sh) and shows that `fencelock run` serializes a
-# read-sleep-write counter update across processes, with strictly increasing fencing tokens,
-# over Redlock (3 instances) and over a single Redis. The servers are left running at the end.
+# fencelock demo (a few seconds once built): installs what is missing, builds, starts the local
+# servers (scripts/servers.sh: three redis-server instances, PostgreSQL, etcd) and shows that
+# `fencelock run` serializes a read-sleep-write counter update across processes, with strictly
+# increasing fencing tokens, over Redlock (3 instances), a single Redis, and PostgreSQL (advisory
+# locks and the lease table). The servers are left running at the end.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -53,8 +54,9 @@ check() {
 
 # locked_race NAME URI: the race with every worker under `fencelock run` on one key.
 locked_race() {
-  local name=$1 uri=$2 key="demo:$1-counter"
-  say "$WORKERS workers under 'fencelock run --backend $uri $key'"
+  local name=$1 uri=$2 key="demo:$1-counter" shown
+  shown=$(sed -E 's#://([^:/@]*):[^@]*@#://\1@#' <<<"$uri")  # never print a password
+  say "$WORKERS workers under 'fencelock run --backend $shown $key'"
   race "$work_dir/$name" "$FENCELOCK" run --backend "$uri" --ttl 10s --wait 30s "$key" -- &
   local race_pid=$!
   sleep 0.3
@@ -74,6 +76,8 @@ shell_demo() {
 
   locked_race redlock "$FENCELOCK_REDLOCK_URI"
   locked_race redis "$FENCELOCK_REDIS_URI"
+  locked_race postgres-advisory "$FENCELOCK_PG_URI"
+  locked_race postgres-lease "$FENCELOCK_PG_URI?mode=lease"
 
   say "'fencelock list --backend $FENCELOCK_REDLOCK_URI' after the runs (every lock released):"
   "$FENCELOCK" list --backend "$FENCELOCK_REDLOCK_URI" | sed 's/^/   /'
@@ -101,7 +105,7 @@ main() {
     shell_demo
   fi
 
-  say "Done. The redis-server instances are still running (scripts/servers.sh status);"
+  say "Done. The local servers are still running (scripts/servers.sh status);"
   echo "   use them with: eval \"\$(scripts/servers.sh env)\""
   echo "   stop them with: scripts/servers.sh stop"
 }
