@@ -32,7 +32,8 @@ std::string env_or(const char* name, const char* fallback) {
 int main(int argc, char** argv) {
   using namespace fencelock::bench;
   std::string redis = env_or("FENCELOCK_REDIS_URI", "redis://127.0.0.1:7101");
-  std::string redlock = env_or("FENCELOCK_REDLOCK_URI", "redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103");
+  std::string redlock =
+      env_or("FENCELOCK_REDLOCK_URI", "redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103");
   std::string postgres = env_or("FENCELOCK_PG_URI", "");  // empty: skipped
   int seconds = 5, workers = 8, critical_us = 1000;
   std::string json_path;
@@ -45,41 +46,57 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (arg == "--redis") redis = next();
-    else if (arg == "--redlock") redlock = next();
-    else if (arg == "--postgres") postgres = next();
-    else if (arg == "--seconds") seconds = std::stoi(next());
-    else if (arg == "--workers") workers = std::stoi(next());
-    else if (arg == "--critical-us") critical_us = std::stoi(next());
-    else if (arg == "--json") json_path = next();
+    if (arg == "--redis")
+      redis = next();
+    else if (arg == "--redlock")
+      redlock = next();
+    else if (arg == "--postgres")
+      postgres = next();
+    else if (arg == "--seconds")
+      seconds = std::stoi(next());
+    else if (arg == "--workers")
+      workers = std::stoi(next());
+    else if (arg == "--critical-us")
+      critical_us = std::stoi(next());
+    else if (arg == "--json")
+      json_path = next();
     else {
-      std::cerr << "usage: fencelock_bench [--redis URI] [--redlock URI] [--postgres URI] [--seconds N] [--workers N] "
+      std::cerr << "usage: fencelock_bench [--redis URI] [--redlock URI] [--postgres URI] "
+                   "[--seconds N] [--workers N] "
                    "[--critical-us N] [--json FILE]\n";
       return 64;
     }
   }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  nlohmann::json machine = {{"cores", std::thread::hardware_concurrency()}, {"host", host}, {"version", "0.1.0"}};
-  fmt::print("fencelock_bench 0.1.0 on {} cores; {} s per scenario\n", std::thread::hardware_concurrency(), seconds);
+  nlohmann::json machine = {
+      {"cores", std::thread::hardware_concurrency()}, {"host", host}, {"version", "0.1.0"}};
+  fmt::print("fencelock_bench 0.1.0 on {} cores; {} s per scenario\n",
+             std::thread::hardware_concurrency(), seconds);
   std::vector<nlohmann::json> results;
   try {
-    std::vector<std::pair<std::string, std::string>> backends = {{"redis", redis}, {"redlock", redlock}};
+    std::vector<std::pair<std::string, std::string>> backends = {{"redis", redis},
+                                                                 {"redlock", redlock}};
     if (!postgres.empty()) {  // both modes; the URI must not carry a mode of its own
       std::string sep = postgres.find('?') == std::string::npos ? "?" : "&";
       backends.emplace_back("pg_advis", postgres + sep + "mode=advisory");
       backends.emplace_back("pg_lease", postgres + sep + "mode=lease");
     }
     for (const auto& [label, uri] : backends) {
-      auto u = run_uncontended({.label = label, .uri = uri, .duration = std::chrono::seconds(seconds)});
+      auto u =
+          run_uncontended({.label = label, .uri = uri, .duration = std::chrono::seconds(seconds)});
       results.push_back(u);
-      results.push_back(run_contended({.label = label, .uri = uri, .workers = workers,
-                                       .critical_section = std::chrono::microseconds(critical_us),
-                                       .duration = std::chrono::seconds(seconds),
-                                       .uncontended_cycle_us = u["fencelock"]["latency"]["mean_us"].get<double>()}));
+      results.push_back(run_contended(
+          {.label = label,
+           .uri = uri,
+           .workers = workers,
+           .critical_section = std::chrono::microseconds(critical_us),
+           .duration = std::chrono::seconds(seconds),
+           .uncontended_cycle_us = u["fencelock"]["latency"]["mean_us"].get<double>()}));
     }
   } catch (const std::exception& e) {
-    std::cerr << "fencelock_bench: " << e.what() << "\n(start local servers with scripts/servers.sh start)\n";
+    std::cerr << "fencelock_bench: " << e.what()
+              << "\n(start local servers with scripts/servers.sh start)\n";
     return 69;
   }
   if (!json_path.empty()) {

@@ -27,23 +27,24 @@ bool PostgresBaseline::cycle(const std::string& key) {
   if (advisory_) {
     std::string k = std::to_string(detail::postgres::advisory_key(key));
     const char* try_params[] = {k.c_str(), key.c_str(), owner.c_str(), "10000", "{}"};
-    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 5, nullptr, try_params, nullptr,
-                               nullptr, 0);
+    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 5, nullptr,
+                               try_params, nullptr, nullptr, 0);
     bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
     PQclear(r);
     const char* unlock_params[] = {k.c_str()};
-    r = PQexecParams(conn_, "SELECT pg_advisory_unlock($1::bigint)", 1, nullptr, unlock_params, nullptr, nullptr, 0);
+    r = PQexecParams(conn_, "SELECT pg_advisory_unlock($1::bigint)", 1, nullptr, unlock_params,
+                     nullptr, nullptr, 0);
     PQclear(r);
     return granted;
   }
   const char* acquire_params[] = {key.c_str(), owner.c_str(), "10000", "{}"};
-  PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 4, nullptr, acquire_params,
-                             nullptr, nullptr, 0);
+  PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 4, nullptr,
+                             acquire_params, nullptr, nullptr, 0);
   bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
   PQclear(r);
   const char* release_params[] = {key.c_str(), owner.c_str()};
-  r = PQexecParams(conn_, std::string(sql::lease_release).c_str(), 2, nullptr, release_params, nullptr,
-                   nullptr, 0);
+  r = PQexecParams(conn_, std::string(sql::lease_release).c_str(), 2, nullptr, release_params,
+                   nullptr, nullptr, 0);
   PQclear(r);
   return granted;
 }

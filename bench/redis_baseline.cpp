@@ -52,13 +52,15 @@ std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContex
     redisAppendFormattedCommand(c, command.data(), command.size());
     int done = 0;  // write now: redisGetReply would only flush a context when reading from it
     while (!done) {
-      if (redisBufferWrite(c, &done) == REDIS_ERR) throw std::runtime_error("baseline lost a connection");
+      if (redisBufferWrite(c, &done) == REDIS_ERR)
+        throw std::runtime_error("baseline lost a connection");
     }
   }
   std::vector<redisReply*> replies;
   for (auto* c : targets) {
     void* reply = nullptr;
-    if (redisGetReply(c, &reply) != REDIS_OK) throw std::runtime_error("baseline lost a connection");
+    if (redisGetReply(c, &reply) != REDIS_OK)
+      throw std::runtime_error("baseline lost a connection");
     replies.push_back(static_cast<redisReply*>(reply));
   }
   return replies;
@@ -66,10 +68,10 @@ std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContex
 
 bool RedisBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
-  std::string acquire = format_command({"EVALSHA", std::string(lua::acquire_sha1), "6", keys::lock_key(key),
-                                        keys::fence_key(key), keys::holder_key(key), keys::queue_key(key),
-                                        keys::queue_expiry_key(key), keys::queue_wake_key(key), owner, "10000",
-                                        "{}", "0", "0", ""});
+  std::string acquire = format_command(
+      {"EVALSHA", std::string(lua::acquire_sha1), "6", keys::lock_key(key), keys::fence_key(key),
+       keys::holder_key(key), keys::queue_key(key), keys::queue_expiry_key(key),
+       keys::queue_wake_key(key), owner, "10000", "{}", "0", "0", ""});
   std::vector<redisContext*> granted;
   std::vector<long long> counters;
   long long token = 0;
@@ -91,14 +93,14 @@ bool RedisBaseline::cycle(const std::string& key) {
   }
   granted = behind;
   if (ok && !granted.empty()) {
-    std::string raise = format_command({"EVALSHA", std::string(lua::raise_fence_sha1), "3", keys::lock_key(key),
-                                        keys::fence_key(key), keys::holder_key(key), owner,
-                                        std::to_string(token)});
+    std::string raise =
+        format_command({"EVALSHA", std::string(lua::raise_fence_sha1), "3", keys::lock_key(key),
+                        keys::fence_key(key), keys::holder_key(key), owner, std::to_string(token)});
     for (auto* r : everywhere(granted, raise)) freeReplyObject(r);
   }
-  std::string release = format_command({"EVALSHA", std::string(lua::release_sha1), "5", keys::lock_key(key),
-                                        keys::holder_key(key), keys::queue_key(key), keys::queue_expiry_key(key),
-                                        keys::queue_wake_key(key), owner, "1"});
+  std::string release = format_command(
+      {"EVALSHA", std::string(lua::release_sha1), "5", keys::lock_key(key), keys::holder_key(key),
+       keys::queue_key(key), keys::queue_expiry_key(key), keys::queue_wake_key(key), owner, "1"});
   for (auto* r : everywhere(contexts_, release)) freeReplyObject(r);
   return ok;
 }

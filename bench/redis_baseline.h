@@ -12,7 +12,8 @@ namespace fencelock::bench {
 
 class RedisBaseline {
  public:
-  // `endpoints`: "host:port" of each instance. Throws std::runtime_error when one cannot be reached.
+  // `endpoints`: "host:port" of each instance. Throws std::runtime_error when one cannot be
+  // reached.
   explicit RedisBaseline(const std::vector<std::string>& endpoints);
   ~RedisBaseline();
   RedisBaseline(const RedisBaseline&) = delete;
@@ -23,7 +24,8 @@ class RedisBaseline {
   bool cycle(const std::string& key);
 
  private:
-  std::vector<redisReply*> everywhere(const std::vector<redisContext*>& targets, const std::string& command);
+  std::vector<redisReply*> everywhere(const std::vector<redisContext*>& targets,
+                                      const std::string& command);
 
   std::vector<redisContext*> contexts_;
   std::uint64_t counter_ = 0;

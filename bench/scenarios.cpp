@@ -31,12 +31,18 @@ Client connect(const std::string& uri) {
 }
 
 nlohmann::json summary_json(const Summary& s) {
-  return {{"count", s.count}, {"mean_us", s.mean_us}, {"p50_us", s.p50_us}, {"p99_us", s.p99_us}, {"max_us", s.max_us}};
+  return {{"count", s.count},
+          {"mean_us", s.mean_us},
+          {"p50_us", s.p50_us},
+          {"p99_us", s.p99_us},
+          {"max_us", s.max_us}};
 }
 
 // Measures `cycle` `count` times, appending latencies; returns wall and CPU time spent.
 template <typename Cycle>
-std::pair<Clock::duration, std::chrono::microseconds> measure(int count, std::vector<double>& samples, Cycle cycle) {
+std::pair<Clock::duration, std::chrono::microseconds> measure(int count,
+                                                              std::vector<double>& samples,
+                                                              Cycle cycle) {
   auto cpu0 = process_cpu_time();
   auto wall0 = Clock::now();
   for (int i = 0; i < count; ++i) {
@@ -84,19 +90,34 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
   }
   Summary ls = summarize(lib), bs = summarize(base);
   double lib_rate = static_cast<double>(ls.count) / std::chrono::duration<double>(lib_wall).count();
-  double base_rate = static_cast<double>(bs.count) / std::chrono::duration<double>(base_wall).count();
+  double base_rate =
+      static_cast<double>(bs.count) / std::chrono::duration<double>(base_wall).count();
   double lib_cpu_us = static_cast<double>(lib_cpu.count()) / static_cast<double>(ls.count);
   double base_cpu_us = static_cast<double>(base_cpu.count()) / static_cast<double>(bs.count);
-  fmt::print("{:<8} uncontended  fencelock {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu {:>5.1f} us/cycle\n",
-             config.label, lib_rate, ls.p50_us, ls.p99_us, lib_cpu_us);
-  fmt::print("{:<8} uncontended  baseline  {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu {:>5.1f} us/cycle\n",
-             config.label, base_rate, bs.p50_us, bs.p99_us, base_cpu_us);
-  fmt::print("{:<8} uncontended  ratio     p50 {:.2f}x (target <= 1.25x)  cpu {:.2f}x (target <= 2x)  failures {}\n",
-             config.label, ls.p50_us / bs.p50_us, lib_cpu_us / base_cpu_us, failures.load());
-  return {{"backend", config.label}, {"scenario", "uncontended"},
-          {"fencelock", {{"cycles_per_s", lib_rate}, {"latency", summary_json(ls)}, {"cpu_us_per_cycle", lib_cpu_us}}},
-          {"baseline", {{"cycles_per_s", base_rate}, {"latency", summary_json(bs)}, {"cpu_us_per_cycle", base_cpu_us}}},
-          {"p50_ratio", ls.p50_us / bs.p50_us}, {"cpu_ratio", lib_cpu_us / base_cpu_us},
+  fmt::print(
+      "{:<8} uncontended  fencelock {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu "
+      "{:>5.1f} us/cycle\n",
+      config.label, lib_rate, ls.p50_us, ls.p99_us, lib_cpu_us);
+  fmt::print(
+      "{:<8} uncontended  baseline  {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu "
+      "{:>5.1f} us/cycle\n",
+      config.label, base_rate, bs.p50_us, bs.p99_us, base_cpu_us);
+  fmt::print(
+      "{:<8} uncontended  ratio     p50 {:.2f}x (target <= 1.25x)  cpu {:.2f}x (target <= 2x)  "
+      "failures {}\n",
+      config.label, ls.p50_us / bs.p50_us, lib_cpu_us / base_cpu_us, failures.load());
+  return {{"backend", config.label},
+          {"scenario", "uncontended"},
+          {"fencelock",
+           {{"cycles_per_s", lib_rate},
+            {"latency", summary_json(ls)},
+            {"cpu_us_per_cycle", lib_cpu_us}}},
+          {"baseline",
+           {{"cycles_per_s", base_rate},
+            {"latency", summary_json(bs)},
+            {"cpu_us_per_cycle", base_cpu_us}}},
+          {"p50_ratio", ls.p50_us / bs.p50_us},
+          {"cpu_ratio", lib_cpu_us / base_cpu_us},
           {"failures", failures.load()}};
 }
 
@@ -135,14 +156,21 @@ nlohmann::json run_contended(const ContendedConfig& config) {
   Summary ws = summarize(waits);
   double rate = static_cast<double>(ws.count) / seconds;
   double fairness = jain_fairness(grants);
-  double ideal = 1e6 / (static_cast<double>(config.critical_section.count()) + config.uncontended_cycle_us);
-  fmt::print("{:<8} contended    {} workers, {} us critical section: {:>6.0f} grants/s (target >= {:.0f} = 80% of {:.0f})\n",
-             config.label, config.workers, config.critical_section.count(), rate, 0.8 * ideal, ideal);
-  fmt::print("{:<8} contended    wait mean {:.0f} us  p50 {:.0f} us  p99 {:.0f} us (target <= {:.0f} = 3x mean)  max {:.0f} us  fairness {:.3f} (target >= 0.95)  failures {}\n",
-             config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us, ws.max_us, fairness, failures.load());
-  return {{"backend", config.label}, {"scenario", "contended"}, {"workers", config.workers},
-          {"critical_section_us", config.critical_section.count()}, {"grants_per_s", rate},
-          {"target_grants_per_s", 0.8 * ideal}, {"wait", summary_json(ws)}, {"fairness", fairness},
+  double ideal =
+      1e6 / (static_cast<double>(config.critical_section.count()) + config.uncontended_cycle_us);
+  fmt::print(
+      "{:<8} contended    {} workers, {} us critical section: {:>6.0f} grants/s (target >= {:.0f} "
+      "= 80% of {:.0f})\n",
+      config.label, config.workers, config.critical_section.count(), rate, 0.8 * ideal, ideal);
+  fmt::print(
+      "{:<8} contended    wait mean {:.0f} us  p50 {:.0f} us  p99 {:.0f} us (target <= {:.0f} = 3x "
+      "mean)  max {:.0f} us  fairness {:.3f} (target >= 0.95)  failures {}\n",
+      config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us, ws.max_us, fairness,
+      failures.load());
+  return {{"backend", config.label},    {"scenario", "contended"},
+          {"workers", config.workers},  {"critical_section_us", config.critical_section.count()},
+          {"grants_per_s", rate},       {"target_grants_per_s", 0.8 * ideal},
+          {"wait", summary_json(ws)},   {"fairness", fairness},
           {"failures", failures.load()}};
 }
 

@@ -17,7 +17,8 @@ Summary summarize(std::vector<double> samples) {
     auto index = static_cast<std::size_t>(std::ceil(q * static_cast<double>(samples.size()))) - 1;
     return samples[std::min(index, samples.size() - 1)];
   };
-  s.mean_us = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
+  s.mean_us =
+      std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
   s.p50_us = at(0.50);
   s.p99_us = at(0.99);
   s.max_us = samples.back();
@@ -37,7 +38,9 @@ double jain_fairness(const std::vector<double>& shares) {
 std::chrono::microseconds process_cpu_time() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  auto us = [](const timeval& tv) { return static_cast<long long>(tv.tv_sec) * 1'000'000 + tv.tv_usec; };
+  auto us = [](const timeval& tv) {
+    return static_cast<long long>(tv.tv_sec) * 1'000'000 + tv.tv_usec;
+  };
   return std::chrono::microseconds(us(usage.ru_utime) + us(usage.ru_stime));
 }
 

@@ -1,10 +1,10 @@
 // fencelock/client.h: the entry point. One Client per backend cluster per process.
 //
-//   auto client = fencelock::Client::connect("redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003");
-//   if (!client) { std::cerr << client.status().to_string() << "\n"; return 69; }
-//   auto key = fencelock::LockKey::make("reports/nightly");
-//   auto lease = client->acquire(*key, {.ttl = 10s, .wait = 30s});
-//   if (lease) write_with_fence(lease->token());
+//   auto client =
+//   fencelock::Client::connect("redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"); if
+//   (!client) { std::cerr << client.status().to_string() << "\n"; return 69; } auto key =
+//   fencelock::LockKey::make("reports/nightly"); auto lease = client->acquire(*key, {.ttl = 10s,
+//   .wait = 30s}); if (lease) write_with_fence(lease->token());
 //
 // Backends are chosen by URI (redis://, redlock://, memory://; see docs/PROTOCOLS.md).
 //
@@ -35,7 +35,7 @@ namespace fencelock {
 namespace detail {
 class ClientCore;
 struct ClientAccess;  // tests and tools inside the project reach the core through this
-}
+}  // namespace detail
 
 class Client {
  public:

@@ -4,8 +4,8 @@
 #pragma once
 
 #include <chrono>
-#include <string>
 #include <stop_token>
+#include <string>
 
 namespace fencelock {
 

@@ -65,7 +65,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : state_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(state_).ok() && "a Result built from a Status needs an error");
   }

@@ -70,7 +70,7 @@ struct HolderInfo {
   std::string owner_prefix;  // OwnerId::short_hex() of the holder
   FencingToken token{0};     // 0 when the backend cannot tell
   std::chrono::milliseconds ttl_remaining{0};
-  std::string metadata;      // holder metadata as JSON text, e.g. {"host":"a","pid":7}; may be empty
+  std::string metadata;  // holder metadata as JSON text, e.g. {"host":"a","pid":7}; may be empty
 };
 
 }  // namespace fencelock

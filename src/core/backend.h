@@ -57,7 +57,8 @@ struct RenewItem {
 struct RenewOutcome {
   enum Kind {
     kRenewed,   // confirmed: valid_until is the new validity
-    kRejected,  // definitely gone: expired or taken over on enough servers that no quorum can confirm
+    kRejected,  // definitely gone: expired or taken over on enough servers that no quorum can
+                // confirm
     kUnknown,   // not confirmed (servers unreachable or slow): retry; the lease stays valid until
                 // its old valid_until, when the watchdog declares it lost
   };
@@ -81,11 +82,11 @@ struct AcquireCall {
   const OwnerId& owner;
   milliseconds ttl;
   const std::string& metadata;
-  milliseconds wait;             // 0: try once
-  Clock::time_point deadline;    // start + wait
+  milliseconds wait;           // 0: try once
+  Clock::time_point deadline;  // start + wait
   std::stop_token stop;
-  milliseconds io_timeout;       // for the give-up release
-  bool shared = false;           // REQUIRES: supports_shared()
+  milliseconds io_timeout;  // for the give-up release
+  bool shared = false;      // REQUIRES: supports_shared()
 };
 
 class Backend {

@@ -14,7 +14,8 @@ namespace fencelock::detail {
 std::string process_metadata() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  nlohmann::json meta = {{"host", host}, {"pid", getpid()}, {"program", program_invocation_short_name}};
+  nlohmann::json meta = {
+      {"host", host}, {"pid", getpid()}, {"program", program_invocation_short_name}};
   return meta.dump();
 }
 
@@ -60,8 +61,9 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                                                 Clock::time_point deadline) {
   const OwnerId owner = OwnerId::random();
   const std::string& metadata = options.metadata.empty() ? default_metadata_ : options.metadata;
-  auto grant = backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
-                                             options.stop, options_.io_timeout, options.shared});
+  auto grant =
+      backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
+                                    options.stop, options_.io_timeout, options.shared});
   if (!grant.ok()) return grant.status();
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);

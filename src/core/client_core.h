@@ -15,7 +15,6 @@ namespace fencelock::detail {
 
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
-
   ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
 
   Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options);

@@ -21,12 +21,18 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   if (ec != std::errc() || end == digits.data()) return bad("expected a whole number and a unit");
   std::string_view unit(end, digits.data() + digits.size() - end);
   std::int64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else if (unit.empty()) return bad("missing unit");
-  else return bad("unknown unit (use ms, s, m or h)");
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else if (unit.empty())
+    return bad("missing unit");
+  else
+    return bad("unknown unit (use ms, s, m or h)");
   if (value > INT64_MAX / scale) return bad("too large");
   if (negative) return bad("negative");
   return std::chrono::milliseconds(value * scale);

@@ -17,7 +17,8 @@ Lease& Lease::operator=(Lease&& other) noexcept {
 
 Lease::~Lease() {
   if (!state_) return;
-  auto core = std::move(state_->core);  // a renewal thread may hold the state: never let it own the core
+  auto core =
+      std::move(state_->core);  // a renewal thread may hold the state: never let it own the core
   if (core && !state_->released.exchange(true)) {
     milliseconds budget = core->options().release_timeout;
     if (budget > milliseconds(0)) {

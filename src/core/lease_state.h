@@ -42,7 +42,8 @@ struct LeaseState {
   std::atomic<bool> released{false};
 
   std::mutex callbacks_mu;
-  std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>> callbacks;  // GUARDED_BY(callbacks_mu)
+  std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>>
+      callbacks;  // GUARDED_BY(callbacks_mu)
 };
 
 }  // namespace fencelock::detail

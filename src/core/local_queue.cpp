@@ -19,8 +19,8 @@ Result<LocalQueue::Ticket> LocalQueue::enter(const std::string& key,
   std::unique_lock lock(mu_);
   Line& line = lines_[key];
   auto place = line.order.insert(line.order.end(), 0);
-  bool at_head = line.changed.wait_until(lock, stop, deadline,
-                                         [&] { return line.order.begin() == place; });
+  bool at_head =
+      line.changed.wait_until(lock, stop, deadline, [&] { return line.order.begin() == place; });
   if (at_head) return Ticket(this, key, place);
   line.order.erase(place);
   line.changed.notify_all();

@@ -6,7 +6,8 @@
 namespace fencelock::detail {
 
 std::chrono::milliseconds drift_allowance(std::chrono::milliseconds ttl, double drift_factor) {
-  auto scaled = static_cast<std::int64_t>(std::ceil(static_cast<double>(ttl.count()) * drift_factor));
+  auto scaled =
+      static_cast<std::int64_t>(std::ceil(static_cast<double>(ttl.count()) * drift_factor));
   return std::chrono::milliseconds(scaled + 2);
 }
 

@@ -7,7 +7,9 @@ namespace fencelock::detail {
 namespace {
 
 // How long to wait before retrying a renewal whose outcome was unknown.
-milliseconds retry_delay(milliseconds ttl) { return std::clamp(ttl / 10, milliseconds(5), milliseconds(500)); }
+milliseconds retry_delay(milliseconds ttl) {
+  return std::clamp(ttl / 10, milliseconds(5), milliseconds(500));
+}
 
 }  // namespace
 
@@ -80,7 +82,7 @@ void Renewer::renew_loop(std::stop_token stop) {
         renew_cv_.wait_until(lock, stop, next, changed);
       }
       renew_planned_ = Clock::time_point::min();  // awake: add() need not wake this thread
-      continue;  // re-plan: entries may have changed
+      continue;                                   // re-plan: entries may have changed
     }
     run_round(lock);
   }

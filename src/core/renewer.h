@@ -64,8 +64,8 @@ class Renewer {
   std::condition_variable_any renew_cv_;
   std::condition_variable_any watchdog_cv_;
   std::unordered_map<const LeaseState*, Entry> entries_;  // GUARDED_BY(mu_)
-  bool paused_ = false;                                    // GUARDED_BY(mu_)
-  std::uint64_t rounds_ = 0;                               // GUARDED_BY(mu_)
+  bool paused_ = false;                                   // GUARDED_BY(mu_)
+  std::uint64_t rounds_ = 0;                              // GUARDED_BY(mu_)
   // Each thread's planned wake-up time (min while awake) and a version bumped to wake it early.
   Clock::time_point renew_planned_ = Clock::time_point::min();     // GUARDED_BY(mu_)
   Clock::time_point watchdog_planned_ = Clock::time_point::min();  // GUARDED_BY(mu_)

@@ -23,8 +23,8 @@ int hex_value(char c) {
 Result<LockKey> LockKey::make(std::string_view name) {
   if (name.empty()) return Status(Code::kInvalidArgument, "lock key is empty (use 1..512 bytes)");
   if (name.size() > kMaxBytes) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("lock key is {} bytes long; the limit is {}", name.size(), kMaxBytes));
+    return Status(Code::kInvalidArgument, fmt::format("lock key is {} bytes long; the limit is {}",
+                                                      name.size(), kMaxBytes));
   }
   if (name.find('\0') != std::string_view::npos) {
     return Status(Code::kInvalidArgument, "lock key contains a NUL byte");

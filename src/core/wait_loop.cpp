@@ -8,12 +8,15 @@
 
 namespace fencelock::detail {
 
-Result<Grant> Backend::acquire(const AcquireCall& call) { return acquire_with_release_events(*this, call); }
+Result<Grant> Backend::acquire(const AcquireCall& call) {
+  return acquire_with_release_events(*this, call);
+}
 
 Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& call) {
   // The place in the backend's FIFO queue: arrival time, the same on every retry and instance.
   const auto ticket = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   const bool waits = call.wait > milliseconds(0);
   // Watch before the first try, so that a release between a failed try and the wait is never
   // missed. (For Redis this subscribes once per Client; later watches cost a map insert.)
@@ -25,25 +28,27 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
   };
   while (true) {
     Clock::time_point now = Clock::now();
-    milliseconds queue_for =
-        waits ? std::clamp(std::chrono::ceil<milliseconds>(call.deadline - now), milliseconds(1), kQueueHold)
-              : milliseconds(0);
-    TryResult attempt =
-        backend.try_acquire(GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
+    milliseconds queue_for = waits
+                                 ? std::clamp(std::chrono::ceil<milliseconds>(call.deadline - now),
+                                              milliseconds(1), kQueueHold)
+                                 : milliseconds(0);
+    TryResult attempt = backend.try_acquire(
+        GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
     if (attempt.grant) return *attempt.grant;
     // Errors: the backend already released what the try took; leave the queue place too.
     if (attempt.status.code() != Code::kLocked) return give_up(attempt.status);
     now = Clock::now();
     if (now >= call.deadline) {
       if (!waits) return attempt.status;
-      return give_up(Status(Code::kLocked,
-                            fmt::format("key is still held after waiting {}", format_duration(call.wait))));
+      return give_up(Status(Code::kLocked, fmt::format("key is still held after waiting {}",
+                                                       format_duration(call.wait))));
     }
     // Fallbacks: the holder's remaining TTL, for a holder that dies silently; half the queue
     // hold, to keep this waiter's place in line.
     milliseconds fallback = std::min(attempt.retry_after, kQueueHold / 2) + milliseconds(1);
     watch->wait_until(std::min(call.deadline, now + fallback), call.stop);
-    if (call.stop.stop_requested()) return give_up(Status(Code::kCancelled, "acquisition cancelled"));
+    if (call.stop.stop_requested())
+      return give_up(Status(Code::kCancelled, "acquisition cancelled"));
   }
 }
 

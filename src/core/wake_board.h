@@ -32,7 +32,8 @@ class WakeBoard {
   };
   std::uint64_t events_for(const std::string& id) const;  // REQUIRES: mu_ held
   void forget(const std::string& id);
-  bool wait(const std::string& id, std::uint64_t& seen, Clock::time_point until, std::stop_token stop);
+  bool wait(const std::string& id, std::uint64_t& seen, Clock::time_point until,
+            std::stop_token stop);
 
   mutable std::mutex mu_;
   std::condition_variable_any changed_;

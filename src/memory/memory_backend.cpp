@@ -24,7 +24,9 @@ struct Table {
     std::uint64_t watchers = 0;
   };
 
-  bool held(const Entry& e, Clock::time_point now) const { return !e.owner.empty() && e.expires_at > now; }
+  bool held(const Entry& e, Clock::time_point now) const {
+    return !e.owner.empty() && e.expires_at > now;
+  }
 
   std::mutex mu;
   std::condition_variable_any released;
@@ -46,7 +48,8 @@ std::shared_ptr<Table> table_named(const std::string& name) {
 
 class MemoryWatch final : public ReleaseWatch {
  public:
-  MemoryWatch(std::shared_ptr<Table> table, std::string key) : table_(std::move(table)), key_(std::move(key)) {
+  MemoryWatch(std::shared_ptr<Table> table, std::string key)
+      : table_(std::move(table)), key_(std::move(key)) {
     std::lock_guard lock(table_->mu);
     auto& entry = table_->entries[key_];
     seen_ = entry.releases;
@@ -60,7 +63,8 @@ class MemoryWatch final : public ReleaseWatch {
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
     std::unique_lock lock(table_->mu);
     auto& entry = table_->entries[key_];
-    bool woke = table_->released.wait_until(lock, stop, until, [&] { return entry.releases != seen_; });
+    bool woke =
+        table_->released.wait_until(lock, stop, until, [&] { return entry.releases != seen_; });
     seen_ = entry.releases;
     return woke;
   }

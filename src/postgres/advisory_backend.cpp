@@ -21,7 +21,9 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
 class AdvisoryBackend final : public Backend {
  public:
   AdvisoryBackend(PostgresUri uri, ClientOptions options)
-      : uri_(std::move(uri)), options_(options), sessions_(uri_.conninfo, uri_.pool, options.connect_timeout) {}
+      : uri_(std::move(uri)),
+        options_(options),
+        sessions_(uri_.conninfo, uri_.pool, options.connect_timeout) {}
 
   // The TTL only paces health checks here; below a second they would be mostly round trips.
   milliseconds min_ttl() const override { return milliseconds(1000); }
@@ -34,8 +36,8 @@ class AdvisoryBackend final : public Backend {
   }
 
   TryResult try_acquire(const GrantRequest& req) override {
-    AcquireCall call{req.key, req.owner, req.ttl, req.metadata, milliseconds(0), Clock::now(), {},
-                     options_.io_timeout};
+    AcquireCall call{req.key,         req.owner,    req.ttl, req.metadata,
+                     milliseconds(0), Clock::now(), {},      options_.io_timeout};
     auto grant = try_once(call, advisory_key(req.key.str()));
     if (grant.ok()) return TryResult{Status::Ok(), *grant, milliseconds(0)};
     return TryResult{grant.status(), std::nullopt, milliseconds(0)};
@@ -92,10 +94,12 @@ class AdvisoryBackend final : public Backend {
       held_.erase(it);
     }
     Status ready = sessions_.checkout_this(holding.session, deadline);
-    if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and its lock are gone
+    if (ready.code() == Code::kUnavailable)
+      return Status::Ok();  // the session and its lock are gone
     if (!ready.ok()) return ready;
     bool broken = false;
-    auto r = execute(holding.session->conn.get(), for_mode("SELECT pg_advisory_unlock($1::bigint)", holding.shared),
+    auto r = execute(holding.session->conn.get(),
+                     for_mode("SELECT pg_advisory_unlock($1::bigint)", holding.shared),
                      {std::to_string(holding.key)}, deadline, broken);
     if (r.ok()) sessions_.note_held(holding.session, holding.key, false);
     // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
@@ -116,7 +120,8 @@ class AdvisoryBackend final : public Backend {
                            {"application_name", PQgetvalue(res, 0, 1)},
                            {"client", PQgetvalue(res, 0, 2)},
                            {"advisory_key", advisory_key(key.str())}};
-    return std::optional<HolderInfo>(HolderInfo{key.str(), "", FencingToken(0), milliseconds(0), meta.dump()});
+    return std::optional<HolderInfo>(
+        HolderInfo{key.str(), "", FencingToken(0), milliseconds(0), meta.dump()});
   }
 
   Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
@@ -136,9 +141,11 @@ class AdvisoryBackend final : public Backend {
   static std::string for_mode(std::string_view sql, bool shared) {
     std::string out(sql);
     if (!shared) return out;
-    for (std::string_view fn : {"pg_try_advisory_lock(", "pg_advisory_lock(", "pg_advisory_unlock("}) {
+    for (std::string_view fn :
+         {"pg_try_advisory_lock(", "pg_advisory_lock(", "pg_advisory_unlock("}) {
       std::string shared_fn = std::string(fn.substr(0, fn.size() - 1)) + "_shared(";
-      for (auto at = out.find(fn); at != std::string::npos; at = out.find(fn, at + shared_fn.size())) {
+      for (auto at = out.find(fn); at != std::string::npos;
+           at = out.find(fn, at + shared_fn.size())) {
         out.replace(at, fn.size(), shared_fn);
       }
     }
@@ -163,8 +170,8 @@ class AdvisoryBackend final : public Backend {
     auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, sent + options_.io_timeout);
     if (!session.ok()) return session.status();
     bool broken = false;
-    auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared), note_params(call, key),
-                     sent + options_.io_timeout, broken);
+    auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
+                     note_params(call, key), sent + options_.io_timeout, broken);
     if (!r.ok()) {
       sessions_.checkin(*session, true);  // ambiguous: closing the session frees whatever it took
       return r.status();
@@ -173,7 +180,8 @@ class AdvisoryBackend final : public Backend {
       sessions_.checkin(*session, broken);
       return Status(Code::kLocked, fmt::format("advisory lock {} is held by another session", key));
     }
-    Grant grant = remember(call, *session, key, static_cast<std::uint64_t>(to_int(r->get(), 0, 0)), sent);
+    Grant grant =
+        remember(call, *session, key, static_cast<std::uint64_t>(to_int(r->get(), 0, 0)), sent);
     sessions_.checkin(*session, broken);
     return grant;
   }
@@ -183,32 +191,38 @@ class AdvisoryBackend final : public Backend {
     auto session = sessions_.checkout(SessionPool::Need::kEmpty, key, call.deadline);
     if (!session.ok()) {
       if (session.code() != Code::kDeadlineExceeded) return session.status();
-      return Status(Code::kLocked, fmt::format("every pooled PostgreSQL session stayed busy for the whole "
-                                               "wait (pool={}); raise pool= or the wait",
-                                               uri_.pool));
+      return Status(Code::kLocked,
+                    fmt::format("every pooled PostgreSQL session stayed busy for the whole "
+                                "wait (pool={}); raise pool= or the wait",
+                                uri_.pool));
     }
     PGconn* c = (*session)->conn.get();
-    auto left = std::max<long long>(std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
-    std::string wait_sql =
-        for_mode(fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key), call.shared);
+    auto left = std::max<long long>(
+        std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
+    std::string wait_sql = for_mode(
+        fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key), call.shared);
     bool broken = false;
-    auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken, /*multi=*/true, call.stop);
+    auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken,
+                          /*multi=*/true, call.stop);
     if (!waited.ok()) {
       sessions_.checkin(*session, broken || waited.code() == Code::kDeadlineExceeded);
       if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
       if (waited.code() == Code::kLocked) {
-        return Status(Code::kLocked, fmt::format("advisory lock {} is still held after the wait", key));
+        return Status(Code::kLocked,
+                      fmt::format("advisory lock {} is still held after the wait", key));
       }
       return waited.status();
     }
     const Clock::time_point sent = Clock::now();
-    auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key), sent + options_.io_timeout,
-                         broken);
+    auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key),
+                         sent + options_.io_timeout, broken);
     if (!noted.ok() || call.stop.stop_requested()) {
       sessions_.checkin(*session, true);  // closing the session releases the lock it just got
-      return call.stop.stop_requested() ? Status(Code::kCancelled, "acquisition cancelled") : noted.status();
+      return call.stop.stop_requested() ? Status(Code::kCancelled, "acquisition cancelled")
+                                        : noted.status();
     }
-    Grant grant = remember(call, *session, key, static_cast<std::uint64_t>(to_int(noted->get(), 0, 0)), sent);
+    Grant grant =
+        remember(call, *session, key, static_cast<std::uint64_t>(to_int(noted->get(), 0, 0)), sent);
     sessions_.checkin(*session, broken);
     return grant;
   }
@@ -229,7 +243,8 @@ class AdvisoryBackend final : public Backend {
     std::vector<HolderInfo> out;
     const PGresult* res = r->get();
     for (int row = 0; row < PQntuples(res); ++row) {
-      out.push_back(HolderInfo{PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
+      out.push_back(HolderInfo{PQgetvalue(res, row, 0),
+                               std::string(PQgetvalue(res, row, 1)).substr(0, 8),
                                FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
                                milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
     }
@@ -246,7 +261,8 @@ class AdvisoryBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri, const ClientOptions& options) {
+std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri,
+                                               const ClientOptions& options) {
   return std::make_unique<AdvisoryBackend>(uri, options);
 }
 

@@ -19,6 +19,7 @@
 
 namespace fencelock::detail::postgres {
 
-std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri, const ClientOptions& options);
+std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri,
+                                               const ClientOptions& options);
 
 }  // namespace fencelock::detail::postgres

@@ -32,7 +32,8 @@ void compress(std::uint32_t state[8], const std::uint8_t block[64]) {
   std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
   std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
-    std::uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
+    std::uint32_t t1 =
+        h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
     std::uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
     h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
   }
@@ -73,7 +74,8 @@ std::array<std::uint8_t, 32> sha256(std::string_view data) {
   compress(state, block);
   std::array<std::uint8_t, 32> out{};
   for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<std::uint8_t>(state[i] >> (24 - 8 * j));
+    for (int j = 0; j < 4; ++j)
+      out[4 * i + j] = static_cast<std::uint8_t>(state[i] >> (24 - 8 * j));
   }
   return out;
 }

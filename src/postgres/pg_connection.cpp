@@ -41,13 +41,15 @@ Status connect_error(PGconn* c) {
   auto has = [&](std::string_view t) { return msg.find(t) != std::string::npos; };
   if (has("password authentication failed") || has("no password supplied") ||
       has("authentication failed")) {
-    return Status(Code::kUnauthenticated,
-                  fmt::format("PostgreSQL refused the credentials ({}); check the user and password "
-                              "in the URI, PGPASSWORD or ~/.pgpass",
-                              msg));
+    return Status(
+        Code::kUnauthenticated,
+        fmt::format("PostgreSQL refused the credentials ({}); check the user and password "
+                    "in the URI, PGPASSWORD or ~/.pgpass",
+                    msg));
   }
   if (has("database") && has("does not exist")) {
-    return Status(Code::kInvalidArgument, fmt::format("PostgreSQL: {}; check the database in the URI", msg));
+    return Status(Code::kInvalidArgument,
+                  fmt::format("PostgreSQL: {}; check the database in the URI", msg));
   }
   if (has("invalid") || has("unrecognized") || has("missing")) {
     return Status(Code::kInvalidArgument, fmt::format("malformed PostgreSQL URI: {}", msg));
@@ -85,7 +87,7 @@ Status status_from_result(const PGresult* r) {
   }
   if (code.starts_with("28")) return Status(Code::kUnauthenticated, "PostgreSQL: " + msg);
   if (code == "57014") return Status(Code::kDeadlineExceeded, "PostgreSQL: " + msg);  // cancelled
-  if (code == "55P03") return Status(Code::kLocked, "PostgreSQL: " + msg);            // lock_timeout
+  if (code == "55P03") return Status(Code::kLocked, "PostgreSQL: " + msg);  // lock_timeout
   if (code.starts_with("08") || code.starts_with("57") || code.starts_with("53")) {
     return Status(Code::kUnavailable, "PostgreSQL: " + msg);
   }
@@ -107,7 +109,8 @@ struct CancelDeleter {
 }  // namespace
 
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
-                          Clock::time_point deadline, bool& broken, bool multi, std::stop_token stop) {
+                          Clock::time_point deadline, bool& broken, bool multi,
+                          std::stop_token stop) {
   broken = true;  // until proven otherwise
   std::unique_ptr<PGcancel, CancelDeleter> cancel(PQgetCancel(c));
   std::optional<std::stop_callback<std::function<void()>>> on_stop;
@@ -134,7 +137,8 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
         break;
       }
       if (PQconsumeInput(c) == 0) {
-        return Status(Code::kUnavailable, "lost the PostgreSQL connection: " + first_line(PQerrorMessage(c)));
+        return Status(Code::kUnavailable,
+                      "lost the PostgreSQL connection: " + first_line(PQerrorMessage(c)));
       }
     }
     if (timed_out) break;
@@ -144,7 +148,8 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   }
   if (timed_out) {
     if (cancel) cancel_on_server(cancel.get());  // the statement must not go on after we gave up
-    return Status(Code::kDeadlineExceeded, "PostgreSQL did not answer in time (statement cancelled)");
+    return Status(Code::kDeadlineExceeded,
+                  "PostgreSQL did not answer in time (statement cancelled)");
   }
   if (!last) return Status(Code::kInternal, "PostgreSQL returned no result");
   auto st = PQresultStatus(last.get());

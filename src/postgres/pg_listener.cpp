@@ -27,7 +27,8 @@ PgListener::~PgListener() {
 }
 
 std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key) {
-  std::call_once(started_, [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
+  std::call_once(started_,
+                 [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
   {
     std::unique_lock lock(mu_);
     ready_.wait_for(lock, connect_timeout_, [&] { return listening_ || tried_; });
@@ -51,7 +52,8 @@ void PgListener::run(std::stop_token stop) {
     auto conn = open_connection(conninfo_, Clock::now() + connect_timeout_);
     bool broken = true;
     if (conn.ok()) {
-      auto listened = execute(conn->get(), "LISTEN fencelock_release", {}, Clock::now() + connect_timeout_, broken);
+      auto listened = execute(conn->get(), "LISTEN fencelock_release", {},
+                              Clock::now() + connect_timeout_, broken);
       if (listened.ok()) {
         backoff = milliseconds(0);
         set_state(true);

@@ -26,10 +26,11 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
 Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto exists = run(pool, "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
-                            "to_regclass('fencelock_tokens') IS NOT NULL AND "
-                            "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
-                            "to_regclass('fencelock_advisory_holders') IS NOT NULL",
+    auto exists = run(pool,
+                      "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
+                      "to_regclass('fencelock_tokens') IS NOT NULL AND "
+                      "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
+                      "to_regclass('fencelock_advisory_holders') IS NOT NULL",
                       {}, Clock::now() + timeout);
     if (!exists.ok()) return exists.status();
     if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
@@ -39,10 +40,11 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
       return ran;
     }
     if (created.code() == Code::kPermissionDenied) {
-      return Status(Code::kPermissionDenied,
-                    "cannot create fencelock's tables and sequences: "
-                    "permission denied; ask an administrator to run `fencelock migrate --backend URI` "
-                    "once (or grant CREATE on the schema)");
+      return Status(
+          Code::kPermissionDenied,
+          "cannot create fencelock's tables and sequences: "
+          "permission denied; ask an administrator to run `fencelock migrate --backend URI` "
+          "once (or grant CREATE on the schema)");
     }
     if (attempt == 1) return created.status();
   }
@@ -76,8 +78,9 @@ class LeaseBackend final : public Backend {
     if (!PQgetisnull(res, 0, 0)) {
       if (Clock::now() >= validity) {
         (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
-        return TryResult{Status(Code::kDeadlineExceeded, "acquiring took longer than the lease's validity"),
-                         std::nullopt, milliseconds(0)};
+        return TryResult{
+            Status(Code::kDeadlineExceeded, "acquiring took longer than the lease's validity"),
+            std::nullopt, milliseconds(0)};
       }
       auto token = static_cast<std::uint64_t>(to_int(res, 0, 0));
       return TryResult{Status::Ok(), Grant{FencingToken(token), validity}, milliseconds(0)};
@@ -96,15 +99,18 @@ class LeaseBackend final : public Backend {
     nlohmann::json batch = nlohmann::json::array();
     milliseconds shortest = items[0].ttl;
     for (const auto& item : items) {
-      batch.push_back({{"name", item.key->str()}, {"owner", item.owner->hex()}, {"ttl", item.ttl.count()}});
+      batch.push_back(
+          {{"name", item.key->str()}, {"owner", item.owner->hex()}, {"ttl", item.ttl.count()}});
       shortest = std::min(shortest, item.ttl);
     }
     const Clock::time_point sent = Clock::now();
     auto r = run(pool_, std::string(sql::lease_renew), {batch.dump()},
-                 std::min(sent + options_.io_timeout, validity_deadline(sent, shortest, options_.drift_factor)));
+                 std::min(sent + options_.io_timeout,
+                          validity_deadline(sent, shortest, options_.drift_factor)));
     if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists
     std::set<std::string> renewed;
-    for (int row = 0; row < PQntuples(r->get()); ++row) renewed.insert(PQgetvalue(r->get(), row, 0));
+    for (int row = 0; row < PQntuples(r->get()); ++row)
+      renewed.insert(PQgetvalue(r->get(), row, 0));
     Clock::time_point now = Clock::now();
     for (std::size_t i = 0; i < items.size(); ++i) {
       Clock::time_point valid = validity_deadline(sent, items[i].ttl, options_.drift_factor);
@@ -143,10 +149,10 @@ class LeaseBackend final : public Backend {
     std::vector<HolderInfo> out;
     for (int row = 0; row < PQntuples(r->get()); ++row) {
       const PGresult* res = r->get();
-      out.push_back(HolderInfo{PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
-                               FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
-                               milliseconds(std::max<std::int64_t>(to_int(res, row, 3), 0)),
-                               PQgetvalue(res, row, 4)});
+      out.push_back(HolderInfo{
+          PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
+          FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
+          milliseconds(std::max<std::int64_t>(to_int(res, row, 3), 0)), PQgetvalue(res, row, 4)});
     }
     return out;
   }
@@ -160,7 +166,8 @@ class LeaseBackend final : public Backend {
 }  // namespace
 }  // namespace postgres
 
-Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, const ClientOptions& options) {
+Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
+                                                       const ClientOptions& options) {
   auto split = postgres::split_postgres_uri(uri);
   if (!split.ok()) return split.status();
   // Connect now, so that bad credentials, a missing database or missing rights are reported by
@@ -172,7 +179,8 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, c
   return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
 }
 
-Result<std::vector<std::string>> migrate_postgres(const std::string& uri, const ClientOptions& options) {
+Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
+                                                  const ClientOptions& options) {
   auto split = postgres::split_postgres_uri(uri);
   if (!split.ok()) return split.status();
   postgres::PgPool pool(split->conninfo, 1, options.connect_timeout);

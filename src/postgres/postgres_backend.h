@@ -15,9 +15,11 @@
 
 namespace fencelock::detail {
 
-Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri, const ClientOptions& options);
+Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
+                                                       const ClientOptions& options);
 
 // Creates the lease-mode schema (idempotent) and returns the statements it ran.
-Result<std::vector<std::string>> migrate_postgres(const std::string& uri, const ClientOptions& options);
+Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
+                                                  const ClientOptions& options);
 
 }  // namespace fencelock::detail

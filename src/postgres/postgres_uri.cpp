@@ -27,7 +27,8 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     auto eq = pair.find('=');
     std::string_view name = pair.substr(0, eq);
-    std::string_view value = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
     if (name == "mode") {
       if (value != "lease" && value != "advisory") {
         return bad(fmt::format("mode '{}' is not 'lease' or 'advisory'", value));

@@ -10,10 +10,10 @@
 namespace fencelock::detail::postgres {
 
 struct PostgresUri {
-  std::string conninfo;       // what libpq gets: the URI without fencelock's parameters
+  std::string conninfo;  // what libpq gets: the URI without fencelock's parameters
   std::string mode = "advisory";
   std::size_t pool = 8;
-  std::string description;    // the URI without password, for messages
+  std::string description;  // the URI without password, for messages
 };
 
 // kInvalidArgument for an unknown mode, a bad pool size, or a URI that is not postgres://...

@@ -7,14 +7,18 @@ namespace fencelock::detail::postgres {
 bool SessionPool::suitable(const Session& s, Need need, std::int64_t key) const {
   if (s.busy || s.closed) return false;
   switch (need) {
-    case Need::kAny: return true;
-    case Need::kNotKey: return !s.held.contains(key);
-    case Need::kEmpty: return s.held.empty();
+    case Need::kAny:
+      return true;
+    case Need::kNotKey:
+      return !s.held.contains(key);
+    case Need::kEmpty:
+      return s.held.empty();
   }
   return false;
 }
 
-Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t key, Clock::time_point deadline) {
+Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t key,
+                                                       Clock::time_point deadline) {
   {
     std::unique_lock lock(mu_);
     while (true) {
@@ -35,8 +39,9 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
             }
             return sessions_.size() + opening_ < max_;
           })) {
-        return Status(Code::kDeadlineExceeded,
-                      fmt::format("no suitable PostgreSQL session came free in time (pool of {})", max_));
+        return Status(
+            Code::kDeadlineExceeded,
+            fmt::format("no suitable PostgreSQL session came free in time (pool of {})", max_));
       }
     }
     opening_++;
@@ -53,11 +58,15 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
   return session;
 }
 
-Status SessionPool::checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
+Status SessionPool::checkout_this(const std::shared_ptr<Session>& session,
+                                  Clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  bool idle = changed_.wait_until(lock, deadline, [&] { return session->closed || !session->busy; });
-  if (session->closed) return Status(Code::kUnavailable, "the PostgreSQL session holding the lock is gone");
-  if (!idle) return Status(Code::kDeadlineExceeded, "the PostgreSQL session holding the lock stayed busy");
+  bool idle =
+      changed_.wait_until(lock, deadline, [&] { return session->closed || !session->busy; });
+  if (session->closed)
+    return Status(Code::kUnavailable, "the PostgreSQL session holding the lock is gone");
+  if (!idle)
+    return Status(Code::kDeadlineExceeded, "the PostgreSQL session holding the lock stayed busy");
   session->busy = true;
   return Status::Ok();
 }

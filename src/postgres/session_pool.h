@@ -38,9 +38,9 @@ struct Session {
 class SessionPool {
  public:
   enum class Need {
-    kAny,      // any idle session (read-only statements)
-    kNotKey,   // an idle session that does not hold `key`
-    kEmpty,    // an idle session that holds nothing
+    kAny,     // any idle session (read-only statements)
+    kNotKey,  // an idle session that does not hold `key`
+    kEmpty,   // an idle session that holds nothing
   };
 
   SessionPool(std::string conninfo, std::size_t max, milliseconds connect_timeout)
@@ -48,7 +48,8 @@ class SessionPool {
 
   // Marks a suitable session busy and returns it. kDeadlineExceeded when none became available
   // in time; kUnavailable/kUnauthenticated/... when a new connection could not be opened.
-  Result<std::shared_ptr<Session>> checkout(Need need, std::int64_t key, Clock::time_point deadline);
+  Result<std::shared_ptr<Session>> checkout(Need need, std::int64_t key,
+                                            Clock::time_point deadline);
   // Waits until `session` is idle and marks it busy. kUnavailable when it is closed.
   Status checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline);
   // Marks it idle again; `broken` closes and drops it.

@@ -13,7 +13,8 @@ namespace {
 
 timeval to_timeval(milliseconds d) {
   d = std::max(d, milliseconds(1));
-  return timeval{static_cast<time_t>(d.count() / 1000), static_cast<suseconds_t>((d.count() % 1000) * 1000)};
+  return timeval{static_cast<time_t>(d.count() / 1000),
+                 static_cast<suseconds_t>((d.count() % 1000) * 1000)};
 }
 
 std::string endpoint_text(const Endpoint& ep) {
@@ -22,7 +23,8 @@ std::string endpoint_text(const Endpoint& ep) {
 }
 
 // Runs one command synchronously on a fresh context (connection setup only).
-Status setup_command(redisContext* c, const std::vector<std::string>& args, std::string_view where) {
+Status setup_command(redisContext* c, const std::vector<std::string>& args,
+                     std::string_view where) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const auto& a : args) {
@@ -32,7 +34,8 @@ Status setup_command(redisContext* c, const std::vector<std::string>& args, std:
   Reply reply(static_cast<redisReply*>(
       redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
   if (!reply) {
-    return Status(Code::kUnavailable, fmt::format("{}: {}", where, c->errstr[0] ? c->errstr : "no reply"));
+    return Status(Code::kUnavailable,
+                  fmt::format("{}: {}", where, c->errstr[0] ? c->errstr : "no reply"));
   }
   if (reply->type == REDIS_REPLY_ERROR) {
     return status_from_error_reply(std::string_view(reply->str, reply->len), where);
@@ -79,15 +82,17 @@ Status status_from_error_reply(std::string_view text, std::string_view where) {
 
 Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline) {
   std::string where = endpoint_text(spec.endpoint);
-  auto budget = std::min(spec.connect_timeout,
-                         std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+  auto budget =
+      std::min(spec.connect_timeout, std::chrono::ceil<milliseconds>(deadline - Clock::now()));
   if (budget <= milliseconds(0)) {
     return Status(Code::kDeadlineExceeded, fmt::format("{}: no time left to connect", where));
   }
-  ContextPtr c(redisConnectWithTimeout(spec.endpoint.host.c_str(), spec.endpoint.port, to_timeval(budget)));
+  ContextPtr c(
+      redisConnectWithTimeout(spec.endpoint.host.c_str(), spec.endpoint.port, to_timeval(budget)));
   if (!c) return Status(Code::kInternal, "out of memory allocating a Redis context");
   if (c->err) {
-    return Status(Code::kUnavailable, fmt::format("cannot connect to Redis at {}: {}", where, c->errstr));
+    return Status(Code::kUnavailable,
+                  fmt::format("cannot connect to Redis at {}: {}", where, c->errstr));
   }
   redisSetTimeout(c.get(), to_timeval(budget));  // setup commands only; fan_out uses poll()
   if (spec.has_password) {
@@ -97,11 +102,13 @@ Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadl
     if (Status st = setup_command(c.get(), auth, where); !st.ok()) return st;
   }
   if (spec.db != 0) {
-    if (Status st = setup_command(c.get(), {"SELECT", std::to_string(spec.db)}, where); !st.ok()) return st;
+    if (Status st = setup_command(c.get(), {"SELECT", std::to_string(spec.db)}, where); !st.ok())
+      return st;
   }
   if (Status st = setup_command(c.get(), {"PING"}, where); !st.ok()) return st;
   for (std::string_view script : spec.scripts) {
-    if (Status st = setup_command(c.get(), {"SCRIPT", "LOAD", std::string(script)}, where); !st.ok()) {
+    if (Status st = setup_command(c.get(), {"SCRIPT", "LOAD", std::string(script)}, where);
+        !st.ok()) {
       return st;
     }
   }
@@ -160,7 +167,8 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
       continue;
     }
     redisContext* c = checked_out->get();
-    for (const std::string* cmd : call.commands) redisAppendFormattedCommand(c, cmd->data(), cmd->size());
+    for (const std::string* cmd : call.commands)
+      redisAppendFormattedCommand(c, cmd->data(), cmd->size());
     int done = 0;
     while (!done) {
       if (redisBufferWrite(c, &done) == REDIS_ERR) break;
@@ -202,8 +210,8 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
     auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
     if (left <= milliseconds(0)) {
       for (std::size_t i : owners) {
-        fail(i, Status(Code::kDeadlineExceeded,
-                       fmt::format("Redis at {} did not answer in time", calls[i].instance->address())));
+        fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
+                                                            calls[i].instance->address())));
       }
       break;
     }
@@ -216,9 +224,9 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
       if (fds[k].revents == 0) continue;
       std::size_t i = owners[k];
       if (redisBufferRead(contexts[i].get()) == REDIS_ERR || !drain(i)) {
-        fail(i, Status(Code::kUnavailable, fmt::format("lost connection to Redis at {}: {}",
-                                                       calls[i].instance->address(),
-                                                       contexts[i]->errstr)));
+        fail(i, Status(Code::kUnavailable,
+                       fmt::format("lost connection to Redis at {}: {}",
+                                   calls[i].instance->address(), contexts[i]->errstr)));
         calls[i].instance->note_failure();
       }
     }

@@ -77,10 +77,10 @@ class Instance {
  private:
   ConnectSpec spec_;
   std::mutex mu_;
-  std::vector<ContextPtr> idle_;      // GUARDED_BY(mu_)
-  Clock::time_point down_until_{};    // GUARDED_BY(mu_)
-  milliseconds backoff_{0};           // GUARDED_BY(mu_)
-  Status last_error_;                 // GUARDED_BY(mu_)
+  std::vector<ContextPtr> idle_;    // GUARDED_BY(mu_)
+  Clock::time_point down_until_{};  // GUARDED_BY(mu_)
+  milliseconds backoff_{0};         // GUARDED_BY(mu_)
+  Status last_error_;               // GUARDED_BY(mu_)
 };
 
 // One instance's part of a fan-out: commands to send (pipelined) and, after fan_out(), either

@@ -20,10 +20,13 @@ namespace {
 
 constexpr std::size_t kRenewChunk = 256;  // leases per renew script call (calls are pipelined)
 
-std::string evalsha(std::string_view sha, std::vector<std::string> keys, std::vector<std::string> args) {
+std::string evalsha(std::string_view sha, std::vector<std::string> keys,
+                    std::vector<std::string> args) {
   std::vector<std::string> argv = {"EVALSHA", std::string(sha), std::to_string(keys.size())};
-  argv.insert(argv.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
-  argv.insert(argv.end(), std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
+  argv.insert(argv.end(), std::make_move_iterator(keys.begin()),
+              std::make_move_iterator(keys.end()));
+  argv.insert(argv.end(), std::make_move_iterator(args.begin()),
+              std::make_move_iterator(args.end()));
   return format_command(argv);
 }
 
@@ -45,10 +48,10 @@ Status script_error(InstanceCall& call, const redisReply* r) {
 
 // Per-instance outcome of round 1.
 struct Round1 {
-  std::vector<int> granted;              // instance indices
-  std::vector<std::uint64_t> counters;   // their counters
-  std::vector<long long> held_pttl;      // PTTL of the holder, per instance that refused
-  std::vector<Status> errors;            // per instance that did not answer properly
+  std::vector<int> granted;             // instance indices
+  std::vector<std::uint64_t> counters;  // their counters
+  std::vector<long long> held_pttl;     // PTTL of the holder, per instance that refused
+  std::vector<Status> errors;           // per instance that did not answer properly
 };
 
 class RedlockBackend final : public Backend {
@@ -70,12 +73,12 @@ class RedlockBackend final : public Backend {
     const Clock::time_point io_deadline = std::min(sent + options_.io_timeout, validity);
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
-    std::string cmd = evalsha(lua::acquire_sha1,
-                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
-                               queue_wake_key(k)},
-                              {owner, std::to_string(req.ttl.count()), req.metadata,
-                               std::to_string(req.queue_for.count()), std::to_string(req.ticket),
-                               hub_.wake_channel()});
+    std::string cmd = evalsha(
+        lua::acquire_sha1,
+        {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
+         queue_wake_key(k)},
+        {owner, std::to_string(req.ttl.count()), req.metadata,
+         std::to_string(req.queue_for.count()), std::to_string(req.ticket), hub_.wake_channel()});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline);
     Round1 r1 = tally_round1(calls);
@@ -98,7 +101,8 @@ class RedlockBackend final : public Backend {
     // unknown (timeouts); keep the place in the wait queue (the caller leaves it if it gives up).
     // When every instance plainly said "held", nothing was taken and there is nothing to release.
     if (!r1.granted.empty() || !r1.errors.empty()) {
-      (void)release_keys(req.key, req.owner, Clock::now() + options_.io_timeout, /*leave_queue=*/false);
+      (void)release_keys(req.key, req.owner, Clock::now() + options_.io_timeout,
+                         /*leave_queue=*/false);
     }
     milliseconds retry = failure.code() == Code::kLocked ? retry_after(r1) : milliseconds(0);
     return TryResult{failure, std::nullopt, retry};
@@ -129,7 +133,8 @@ class RedlockBackend final : public Backend {
     for (auto& call : calls) {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
-    fan_out(calls, std::min(sent + options_.io_timeout, sent + shortest - drift_allowance(shortest, options_.drift_factor)));
+    fan_out(calls, std::min(sent + options_.io_timeout,
+                            sent + shortest - drift_allowance(shortest, options_.drift_factor)));
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       if (!call.error.ok()) continue;
@@ -163,18 +168,21 @@ class RedlockBackend final : public Backend {
     return release_keys(key, owner, deadline, /*leave_queue=*/true);
   }
 
-  Status release_keys(const LockKey& key, const OwnerId& owner, Clock::time_point deadline, bool leave_queue) {
+  Status release_keys(const LockKey& key, const OwnerId& owner, Clock::time_point deadline,
+                      bool leave_queue) {
     const std::string& k = key.str();
-    std::string cmd = evalsha(lua::release_sha1,
-                              {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
-                              {owner.hex(), leave_queue ? "1" : "0"});
+    std::string cmd =
+        evalsha(lua::release_sha1,
+                {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
+                {owner.hex(), leave_queue ? "1" : "0"});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, deadline);
     int answered = 0;
     std::string problems;
     for (auto& call : calls) {
       Status st = call.error;
-      if (st.ok() && call.replies[0]->type == REDIS_REPLY_ERROR) st = script_error(call, call.replies[0].get());
+      if (st.ok() && call.replies[0]->type == REDIS_REPLY_ERROR)
+        st = script_error(call, call.replies[0].get());
       if (st.ok()) {
         answered++;
       } else {
@@ -186,7 +194,8 @@ class RedlockBackend final : public Backend {
     if (has_quorum(answered, n())) return Status::Ok();
     return Status(Code::kUnavailable,
                   fmt::format("released on {} of {} Redis instances; elsewhere the lock expires by "
-                              "its TTL ({})", answered, n(), problems));
+                              "its TTL ({})",
+                              answered, n(), problems));
   }
 
   Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
@@ -203,7 +212,8 @@ class RedlockBackend final : public Backend {
       if (scan_instance(*instance, prefix, names)) answered++;
     }
     if (!has_quorum(answered, n())) {
-      return Status(Code::kUnavailable, fmt::format("only {} of {} Redis instances answered SCAN", answered, n()));
+      return Status(Code::kUnavailable,
+                    fmt::format("only {} of {} Redis instances answered SCAN", answered, n()));
     }
     return inspect_many(std::vector<std::string>(names.begin(), names.end()));
   }
@@ -236,8 +246,9 @@ class RedlockBackend final : public Backend {
         continue;
       }
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-        r.errors.push_back(Status(Code::kInternal, fmt::format("{}: unexpected reply to the acquire script",
-                                                               call.instance->address())));
+        r.errors.push_back(Status(
+            Code::kInternal,
+            fmt::format("{}: unexpected reply to the acquire script", call.instance->address())));
         continue;
       }
       long long flag = reply->element[0]->integer;
@@ -274,14 +285,16 @@ class RedlockBackend final : public Backend {
     }
     if (!calls.empty()) fan_out(calls, validity);
     for (auto& call : calls) {
-      if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER && call.replies[0]->integer == 1) {
+      if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER &&
+          call.replies[0]->integer == 1) {
         confirmed++;
       }
     }
     if (has_quorum(confirmed, n())) return Status::Ok();
-    return Status(Code::kDeadlineExceeded,
-                  fmt::format("only {} of {} instances confirmed the fencing token in time (round 2)",
-                              confirmed, n()));
+    return Status(
+        Code::kDeadlineExceeded,
+        fmt::format("only {} of {} instances confirmed the fencing token in time (round 2)",
+                    confirmed, n()));
   }
 
   Status round1_failure(const Round1& r, const std::vector<InstanceCall>& calls) const {
@@ -293,12 +306,14 @@ class RedlockBackend final : public Backend {
       }
     }
     if (has_quorum(answered, n())) {
-      return Status(Code::kLocked, n() == 1 ? "key is held by another owner"
-                                            : fmt::format("key is held by another owner on {} of {} instances",
-                                                          r.held_pttl.size(), n()));
+      return Status(Code::kLocked,
+                    n() == 1 ? "key is held by another owner"
+                             : fmt::format("key is held by another owner on {} of {} instances",
+                                           r.held_pttl.size(), n()));
     }
-    bool timed_out = std::any_of(r.errors.begin(), r.errors.end(),
-                                 [](const Status& e) { return e.code() == Code::kDeadlineExceeded; });
+    bool timed_out = std::any_of(r.errors.begin(), r.errors.end(), [](const Status& e) {
+      return e.code() == Code::kDeadlineExceeded;
+    });
     std::string detail;
     for (const Status& e : r.errors) detail += (detail.empty() ? "" : "; ") + e.message();
     (void)calls;
@@ -307,8 +322,8 @@ class RedlockBackend final : public Backend {
                     timed_out ? detail + " (outcome unknown; released by owner id)" : detail);
     }
     return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
-                  fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})", answered,
-                              n(), quorum(n()), detail));
+                  fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})",
+                              answered, n(), quorum(n()), detail));
   }
 
   // When enough holders' keys will have expired for a majority to be possible again.
@@ -318,7 +333,8 @@ class RedlockBackend final : public Backend {
     std::vector<long long> pttl = r.held_pttl;
     std::sort(pttl.begin(), pttl.end());
     if (needed <= 0 || pttl.empty()) return milliseconds(0);
-    long long wait = pttl[static_cast<std::size_t>(std::min<int>(needed, static_cast<int>(pttl.size())) - 1)];
+    long long wait =
+        pttl[static_cast<std::size_t>(std::min<int>(needed, static_cast<int>(pttl.size())) - 1)];
     if (wait < 0) wait = wait == -1 ? 1000 : 0;  // -1: a foreign holder without TTL; -2: just gone
     return milliseconds(wait);
   }
@@ -349,7 +365,8 @@ class RedlockBackend final : public Backend {
   Result<std::vector<HolderInfo>> inspect_many(const std::vector<std::string>& names) {
     std::vector<std::string> commands;
     commands.reserve(names.size());
-    for (const auto& k : names) commands.push_back(evalsha(lua::inspect_sha1, {lock_key(k), holder_key(k)}, {}));
+    for (const auto& k : names)
+      commands.push_back(evalsha(lua::inspect_sha1, {lock_key(k), holder_key(k)}, {}));
     auto calls = calls_to_all(nullptr);
     for (auto& call : calls) {
       for (const auto& c : commands) call.commands.push_back(&c);
@@ -368,11 +385,17 @@ class RedlockBackend final : public Backend {
       for (auto& call : calls) {
         if (call.error.code() == Code::kUnauthenticated) return call.error;
       }
-      return Status(Code::kUnavailable, fmt::format("{} of {} Redis instances answered ({})", answered, n(), detail));
+      return Status(Code::kUnavailable,
+                    fmt::format("{} of {} Redis instances answered ({})", answered, n(), detail));
     }
     std::vector<HolderInfo> out;
     for (std::size_t k = 0; k < names.size(); ++k) {
-      struct Seen { int count = 0; long long pttl = 0; std::uint64_t token = 0; std::string meta; };
+      struct Seen {
+        int count = 0;
+        long long pttl = 0;
+        std::uint64_t token = 0;
+        std::string meta;
+      };
       std::map<std::string, Seen> owners;
       for (auto& call : calls) {
         if (!call.error.ok()) continue;
@@ -419,30 +442,34 @@ Result<int> parse_db(const std::string& path) {
 }  // namespace
 }  // namespace redis
 
-Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri, const ClientOptions& options) {
+Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
+                                                    const ClientOptions& options) {
   using namespace redis;
   const bool redlock = uri.scheme == "redlock";
   if (uri.endpoints.empty()) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("malformed backend URI: no host (e.g. {}://127.0.0.1:6379)", uri.scheme));
+    return Status(
+        Code::kInvalidArgument,
+        fmt::format("malformed backend URI: no host (e.g. {}://127.0.0.1:6379)", uri.scheme));
   }
   if (!redlock && uri.endpoints.size() != 1) {
-    return Status(Code::kInvalidArgument,
-                  "malformed backend URI: redis:// takes one host; use redlock://h1,h2,h3 for several");
+    return Status(
+        Code::kInvalidArgument,
+        "malformed backend URI: redis:// takes one host; use redlock://h1,h2,h3 for several");
   }
   for (std::size_t i = 0; i < uri.endpoints.size(); ++i) {
     for (std::size_t j = i + 1; j < uri.endpoints.size(); ++j) {
       if (uri.endpoints[i] == uri.endpoints[j]) {
-        return Status(Code::kInvalidArgument,
-                      fmt::format("malformed backend URI: instance {}:{} is listed twice (a majority "
-                                  "must be of distinct instances)",
-                                  uri.endpoints[i].host, uri.endpoints[i].port));
+        return Status(
+            Code::kInvalidArgument,
+            fmt::format("malformed backend URI: instance {}:{} is listed twice (a majority "
+                        "must be of distinct instances)",
+                        uri.endpoints[i].host, uri.endpoints[i].port));
       }
     }
   }
   if (!uri.query.empty()) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("malformed backend URI: unknown option '{}'", uri.query.begin()->first));
+    return Status(Code::kInvalidArgument, fmt::format("malformed backend URI: unknown option '{}'",
+                                                      uri.query.begin()->first));
   }
   auto db = parse_db(uri.path);
   if (!db.ok()) return db.status();
@@ -483,15 +510,18 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri, const 
       instance->checkin(std::move(*c));
       continue;
     }
-    if (c.code() == Code::kUnauthenticated || c.code() == Code::kPermissionDenied) return c.status();
+    if (c.code() == Code::kUnauthenticated || c.code() == Code::kPermissionDenied)
+      return c.status();
     problems += (problems.empty() ? "" : "; ") + c.status().message();
   }
   int n = static_cast<int>(specs.size());
   if (!has_quorum(reachable, n)) {
     if (n == 1) return Status(Code::kUnavailable, problems);
-    return Status(Code::kUnavailable,
-                  fmt::format("cannot reach a majority of the Redis instances ({} of {} answered, {} "
-                              "needed): {}", reachable, n, quorum(n), problems));
+    return Status(
+        Code::kUnavailable,
+        fmt::format("cannot reach a majority of the Redis instances ({} of {} answered, {} "
+                    "needed): {}",
+                    reachable, n, quorum(n), problems));
   }
   return std::unique_ptr<Backend>(std::move(backend));
 }

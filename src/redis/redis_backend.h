@@ -17,6 +17,7 @@ namespace fencelock::detail {
 
 // Validates the URI (hosts, db number, credentials; password also from FENCELOCK_REDIS_PASSWORD)
 // and connects to every instance. kUnavailable when fewer than a majority answer.
-Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri, const ClientOptions& options);
+Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
+                                                    const ClientOptions& options);
 
 }  // namespace fencelock::detail

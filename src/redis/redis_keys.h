@@ -13,7 +13,9 @@ inline std::string queue_key(std::string_view key) { return lock_key(key) + ":qu
 inline std::string queue_expiry_key(std::string_view key) { return lock_key(key) + ":queue_exp"; }
 inline std::string queue_wake_key(std::string_view key) { return lock_key(key) + ":queue_wake"; }
 // One per Client: where the release script wakes that Client's waiters.
-inline std::string wake_channel(std::string_view client_id) { return "fencelock:wake:" + std::string(client_id); }
+inline std::string wake_channel(std::string_view client_id) {
+  return "fencelock:wake:" + std::string(client_id);
+}
 
 // The lock name inside a lock key, or empty when `redis_key` is not a lock key.
 inline std::string key_from_lock_key(std::string_view redis_key) {

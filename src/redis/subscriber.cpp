@@ -19,7 +19,8 @@ ReleaseHub::~ReleaseHub() { subscribers_.clear(); }
 std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
   std::call_once(started_, [&] {
     for (std::size_t i = 0; i < instances_.size(); ++i) {
-      subscribers_.push_back(std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
+      subscribers_.push_back(
+          std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
     }
   });
   {

@@ -35,7 +35,8 @@ class Subscriber;
 
 class ReleaseHub {
  public:
-  ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_channel, milliseconds confirm_timeout);
+  ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_channel,
+             milliseconds confirm_timeout);
   ~ReleaseHub();
 
   // The channel the release script publishes on to wake this Client's waiters.

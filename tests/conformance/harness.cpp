@@ -49,14 +49,17 @@ class RedisHarness final : public Harness {
   }
   long long acquire_attempts(const std::string&) override {
     long long most = 0;
-    for (int i = 0; i < cluster_->size(); ++i) most = std::max(most, (*cluster_)[i].command_count("evalsha"));
+    for (int i = 0; i < cluster_->size(); ++i)
+      most = std::max(most, (*cluster_)[i].command_count("evalsha"));
     return most;
   }
   // Waiters in the key's wait queue (each remote waiter takes one place).
   long long server_waiters(const std::string& key) override {
     long long most = 0;
     for (int i = 0; i < cluster_->size(); ++i) {
-      most = std::max(most, std::atoll((*cluster_)[i].command({"ZCARD", detail::redis::queue_key(key)}).c_str()));
+      most = std::max(
+          most,
+          std::atoll((*cluster_)[i].command({"ZCARD", detail::redis::queue_key(key)}).c_str()));
     }
     return most;
   }
@@ -80,8 +83,10 @@ class PostgresLeaseHarness final : public Harness {
   }
   std::chrono::milliseconds short_ttl() const override { return std::chrono::milliseconds(1000); }
   long long server_waiters(const std::string&) override {
-    return std::atoll(server_->sql("SELECT count(*) FROM pg_stat_activity "
-                                   "WHERE query = 'LISTEN fencelock_release'").c_str());
+    return std::atoll(server_
+                          ->sql("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE query = 'LISTEN fencelock_release'")
+                          .c_str());
   }
 
  private:
@@ -93,7 +98,8 @@ class PostgresLeaseHarness final : public Harness {
 // crashing a holder ends its session (pg_terminate_backend), which frees its locks at once.
 class PostgresAdvisoryHarness final : public Harness {
  public:
-  PostgresAdvisoryHarness() : server_(PostgresServer::start({.extra_settings = {"log_statement=all"}})) {}
+  PostgresAdvisoryHarness()
+      : server_(PostgresServer::start({.extra_settings = {"log_statement=all"}})) {}
   std::string uri() override { return server_->uri() + "?mode=advisory"; }
   std::chrono::milliseconds short_ttl() const override { return std::chrono::milliseconds(1000); }
   bool validity_bounds_exclusion() const override { return false; }
@@ -109,7 +115,8 @@ class PostgresAdvisoryHarness final : public Harness {
     return attempts;
   }
   long long server_waiters(const std::string& key) override {
-    return std::atoll(server_->sql("SELECT count(*) FROM pg_locks " + lock_filter(key, false)).c_str());
+    return std::atoll(
+        server_->sql("SELECT count(*) FROM pg_locks " + lock_filter(key, false)).c_str());
   }
   void cut_off(Client&, const std::string& key) override { end_holder_session(key); }
   void crashed(const std::string& key) override { end_holder_session(key); }
@@ -118,7 +125,8 @@ class PostgresAdvisoryHarness final : public Harness {
   static std::string lock_filter(const std::string& key, bool granted) {
     std::int64_t k = detail::postgres::advisory_key(key);
     return fmt::format(
-        "WHERE locktype = 'advisory' AND {} granted AND objsubid = 1 AND classid = (({}::bigint >> 32) & "
+        "WHERE locktype = 'advisory' AND {} granted AND objsubid = 1 AND classid = (({}::bigint >> "
+        "32) & "
         "4294967295)::oid AND objid = ({}::bigint & 4294967295)::oid",
         granted ? "" : "NOT", k, k);
   }
@@ -135,7 +143,9 @@ std::unique_ptr<Harness> make_postgres_advisory_harness() {
   return std::make_unique<PostgresAdvisoryHarness>();
 }
 
-std::unique_ptr<Harness> make_postgres_lease_harness() { return std::make_unique<PostgresLeaseHarness>(); }
+std::unique_ptr<Harness> make_postgres_lease_harness() {
+  return std::make_unique<PostgresLeaseHarness>();
+}
 
 std::unique_ptr<Harness> make_memory_harness() { return std::make_unique<MemoryHarness>(); }
 std::unique_ptr<Harness> make_redis_harness() { return std::make_unique<RedisHarness>(1); }

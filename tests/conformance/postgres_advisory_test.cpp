@@ -38,7 +38,9 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
 class PostgresAdvisory : public ::testing::Test {
  protected:
   void SetUp() override { server_ = PostgresServer::start(); }
-  std::string uri(const std::string& extra = "") const { return server_->uri() + "?mode=advisory" + extra; }
+  std::string uri(const std::string& extra = "") const {
+    return server_->uri() + "?mode=advisory" + extra;
+  }
   Client connect(const std::string& extra = "", ClientOptions options = {}) {
     auto client = Client::connect(uri(extra), options);
     if (!client.ok()) throw std::runtime_error(client.status().to_string());
@@ -46,29 +48,39 @@ class PostgresAdvisory : public ::testing::Test {
   }
   long long sessions_waiting_on(std::string_view name) {
     std::int64_t k = detail::postgres::advisory_key(name);
-    return std::stoll(server_->sql(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 "
-        "AND classid = ((" + std::to_string(k) + "::bigint >> 32) & 4294967295)::oid "
-        "AND objid = (" + std::to_string(k) + "::bigint & 4294967295)::oid"));
+    return std::stoll(
+        server_->sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                     "AND objsubid = 1 "
+                     "AND classid = ((" +
+                     std::to_string(k) +
+                     "::bigint >> 32) & 4294967295)::oid "
+                     "AND objid = (" +
+                     std::to_string(k) + "::bigint & 4294967295)::oid"));
   }
   std::unique_ptr<PostgresServer> server_;
 };
 
 // psql's pg_advisory_lock(12345) and fencelock's lock "12345" exclude each other, both ways.
 TEST_F(PostgresAdvisory, PsqlAndFencelockExcludeEachOtherOnDecimalKeys) {
-  ChildProcess psql = ChildProcess::spawn(
-      {"psql", "-X", "-q", server_->uri(), "-c", "SELECT pg_advisory_lock(12345)", "-c", "SELECT pg_sleep(60)"});
+  ChildProcess psql =
+      ChildProcess::spawn({"psql", "-X", "-q", server_->uri(), "-c",
+                           "SELECT pg_advisory_lock(12345)", "-c", "SELECT pg_sleep(60)"});
   Client client = connect();
   ASSERT_TRUE(eventually([&] {
-    return server_->sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = 12345") == "1";
+    return server_->sql(
+               "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = "
+               "12345") == "1";
   })) << "psql never took its lock";
   auto refused = client.acquire(key("12345"), {.ttl = 5s});
   EXPECT_EQ(refused.code(), Code::kLocked) << refused.status().to_string();
   auto holder = client.inspect(key("12345"));
   ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
-  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL), 12345) << (*holder)->metadata;
+  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL), 12345)
+      << (*holder)->metadata;
   // End psql's session (its backend would sit in pg_sleep until it noticed a killed client).
-  server_->sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = 12345");
+  server_->sql(
+      "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND objid = "
+      "12345");
   psql.wait();
   auto lease = client.acquire(key("12345"), {.ttl = 5s, .wait = 10s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
@@ -91,7 +103,8 @@ TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
-      auto lease = clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
+      auto lease =
+          clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
       if (!lease.ok()) return;
       std::lock_guard lock(mu);
       order.push_back(i);
@@ -114,8 +127,10 @@ TEST_F(PostgresAdvisory, ATerminatedHolderSessionFiresLostAndTheNextTokenIsLarge
   std::atomic<bool> lost{false};
   lease->on_lost([&] { lost = true; });
   std::int64_t k = detail::postgres::advisory_key("terminated");
-  server_->sql("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-               "AND objid = (" + std::to_string(k) + "::bigint & 4294967295)::oid");
+  server_->sql(
+      "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+      "AND objid = (" +
+      std::to_string(k) + "::bigint & 4294967295)::oid");
   auto next = b.acquire(key("terminated"), {.ttl = 5s, .wait = 10s});
   ASSERT_TRUE(next.ok()) << next.status().to_string();
   EXPECT_GT(next->token(), lease->token());
@@ -149,15 +164,18 @@ TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
       failures.push_back(lease.status().to_string());
     });
   }
-  ASSERT_TRUE(eventually([&] { return std::stoi(server_->sql(
-      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")) == 8; }));
+  ASSERT_TRUE(eventually([&] {
+    return std::stoi(server_->sql(
+               "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")) == 8;
+  }));
   held.clear();  // releases all 100
   for (auto& t : threads) t.join();
   EXPECT_EQ(served.load(), kKeys);
   EXPECT_TRUE(failures.empty()) << failures.front();
-  EXPECT_LE(std::stoi(server_->sql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'fencelock' "
-                                   "AND application_name <> 'fencelock-test-psql'")),
-            16 + 1);  // two pools of 8 (and this query's own session is psql)
+  EXPECT_LE(
+      std::stoi(server_->sql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'fencelock' "
+                             "AND application_name <> 'fencelock-test-psql'")),
+      16 + 1);  // two pools of 8 (and this query's own session is psql)
 }
 
 // A server restart ends every session: held leases are reported lost (never "held" without
@@ -191,7 +209,8 @@ TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll)
   std::thread waiting([&] { writer.emplace(c.acquire(key("readers"), {.ttl = 5s, .wait = 30s})); });
   ASSERT_TRUE(eventually([&] { return sessions_waiting_on("readers") == 1; }));
   ASSERT_TRUE(first->release().ok());
-  EXPECT_EQ(sessions_waiting_on("readers"), 1) << "the writer went in while a reader still held the lock";
+  EXPECT_EQ(sessions_waiting_on("readers"), 1)
+      << "the writer went in while a reader still held the lock";
   ASSERT_TRUE(second->release().ok());
   waiting.join();
   ASSERT_TRUE(writer->ok()) << writer->status().to_string();
@@ -199,7 +218,8 @@ TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll)
 
   auto lease_mode = Client::connect(server_->uri() + "?mode=lease");
   ASSERT_TRUE(lease_mode.ok());
-  EXPECT_EQ(lease_mode->acquire(key("readers-lease"), {.ttl = 5s, .shared = true}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(lease_mode->acquire(key("readers-lease"), {.ttl = 5s, .shared = true}).code(),
+            Code::kInvalidArgument);
 }
 
 TEST_F(PostgresAdvisory, StatusShowsTheAdvisoryKeyUsed) {
@@ -208,7 +228,8 @@ TEST_F(PostgresAdvisory, StatusShowsTheAdvisoryKeyUsed) {
   ASSERT_TRUE(lease.ok());
   auto holder = client.inspect(key("jobs/nightly"));
   ASSERT_TRUE(holder.ok() && holder->has_value());
-  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL), -7836533424575595787LL)
+  EXPECT_EQ(nlohmann::json::parse((*holder)->metadata).value("advisory_key", 0LL),
+            -7836533424575595787LL)
       << (*holder)->metadata;
   EXPECT_EQ((*holder)->token, lease->token());
 }

@@ -18,10 +18,10 @@ using Clock = std::chrono::steady_clock;
 
 LockKey key(std::string_view name) { return *LockKey::make(name); }
 
-std::string base_uri(const PostgresServer& server, const std::string& user, const std::string& password,
-                     const std::string& database = "fencelock") {
-  return "postgres://" + user + ":" + password + "@127.0.0.1:" + std::to_string(server.port()) + "/" +
-         database + "?mode=lease";
+std::string base_uri(const PostgresServer& server, const std::string& user,
+                     const std::string& password, const std::string& database = "fencelock") {
+  return "postgres://" + user + ":" + password + "@127.0.0.1:" + std::to_string(server.port()) +
+         "/" + database + "?mode=lease";
 }
 
 class PostgresLease : public ::testing::Test {
@@ -54,7 +54,8 @@ TEST_F(PostgresLease, TtlBelowOneSecondIsRejectedAndNothingIsHeld) {
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   auto lease = client->acquire(key("short"), {.ttl = 500ms});
   ASSERT_EQ(lease.code(), Code::kInvalidArgument);
-  EXPECT_NE(lease.status().message().find("minimum"), std::string::npos) << lease.status().message();
+  EXPECT_NE(lease.status().message().find("minimum"), std::string::npos)
+      << lease.status().message();
   EXPECT_EQ(server_->sql("SELECT count(*) FROM fencelock_leases"), "0");
 }
 
@@ -116,12 +117,14 @@ TEST_F(PostgresLease, AServerRestartIsSurvivedWithoutFalseHolders) {
   // The old lease is either still renewed (the row survived) or reported lost; never held
   // without its row.
   auto until_renewed = Clock::now() + 5s;
-  while (!lease->is_lost() && lease->valid_until() < Clock::now() + 1s && Clock::now() < until_renewed) {
+  while (!lease->is_lost() && lease->valid_until() < Clock::now() + 1s &&
+         Clock::now() < until_renewed) {
     std::this_thread::sleep_for(20ms);
   }
   if (!lease->is_lost()) {
     auto holder = client->inspect(key("restart"));
-    ASSERT_TRUE(holder.ok() && holder->has_value()) << "a lease is reported held but its row is gone";
+    ASSERT_TRUE(holder.ok() && holder->has_value())
+        << "a lease is reported held but its row is gone";
     EXPECT_EQ((*holder)->owner_prefix, lease->owner().short_hex());
   }
 }

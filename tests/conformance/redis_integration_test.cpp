@@ -47,7 +47,8 @@ TEST_F(RedlockFaults, OneOfThreeInstancesDownStillGrantsAndRenews) {
   EXPECT_TRUE(has_lock_key((*cluster_)[1], "one-down"));
   auto first = lease->valid_until();
   auto until = Clock::now() + 10s;
-  while (lease->valid_until() <= first + 300ms && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  while (lease->valid_until() <= first + 300ms && Clock::now() < until)
+    std::this_thread::sleep_for(5ms);
   EXPECT_GT(lease->valid_until(), first + 300ms) << "renewal on the 2 live instances failed";
   EXPECT_FALSE(lease->is_lost());
 }
@@ -58,7 +59,8 @@ TEST_F(RedlockFaults, TwoOfThreeDownFailsUnavailableAndLeavesNoLockOnTheSurvivor
   (*cluster_)[2].kill();
   auto lease = client.acquire(key("two-down"), {.ttl = 10s});
   ASSERT_EQ(lease.code(), Code::kUnavailable) << lease.status().to_string();
-  EXPECT_NE(lease.status().message().find("no quorum"), std::string::npos) << lease.status().message();
+  EXPECT_NE(lease.status().message().find("no quorum"), std::string::npos)
+      << lease.status().message();
   EXPECT_FALSE(has_lock_key((*cluster_)[0], "two-down")) << "a half-acquired lock was left behind";
 }
 
@@ -107,7 +109,8 @@ TEST_F(RedlockFaults, Round2RaisesTheMajorityCountersSoTokensSurviveAChangeOfMaj
 
 TEST_F(RedlockFaults, AForeignRedlockHolderExcludesUsAndIsShownByInspect) {
   for (int i = 0; i < 3; ++i) {
-    (*cluster_)[i].command({"SET", lock_key("foreign"), "someone-elses-random-value", "NX", "PX", "30000"});
+    (*cluster_)[i].command(
+        {"SET", lock_key("foreign"), "someone-elses-random-value", "NX", "PX", "30000"});
   }
   Client client = connect_or_throw(cluster_->redlock_uri());
   EXPECT_EQ(client.acquire(key("foreign"), {.ttl = 5s}).code(), Code::kLocked);
@@ -125,8 +128,11 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   auto held = holder.acquire(key("fifo"), {.ttl = 30s});
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   std::vector<Client> clients;
-  for (int i = 0; i < kWaiters + 1; ++i) clients.push_back(connect_or_throw(cluster_->redlock_uri()));
-  auto queued = [&] { return std::stoi((*cluster_)[0].command({"ZCARD", detail::redis::queue_key("fifo")})); };
+  for (int i = 0; i < kWaiters + 1; ++i)
+    clients.push_back(connect_or_throw(cluster_->redlock_uri()));
+  auto queued = [&] {
+    return std::stoi((*cluster_)[0].command({"ZCARD", detail::redis::queue_key("fifo")}));
+  };
   auto wait_for_queue = [&](int n) {
     auto until = Clock::now() + 10s;
     while (queued() != n && Clock::now() < until) std::this_thread::sleep_for(2ms);
@@ -137,7 +143,8 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
-      auto lease = clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
+      auto lease =
+          clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
       if (!lease.ok()) return;
       std::lock_guard lock(mu);
       order.push_back(i);
@@ -148,7 +155,8 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   // One more waiter that gives up: its place must not block the line.
   std::stop_source cancel;
   std::thread quitter([&] {
-    (void)clients[kWaiters].acquire(key("fifo"), {.ttl = 5s, .wait = 30s, .stop = cancel.get_token()});
+    (void)clients[kWaiters].acquire(key("fifo"),
+                                    {.ttl = 5s, .wait = 30s, .stop = cancel.get_token()});
   });
   ASSERT_TRUE(wait_for_queue(kWaiters + 1));
   cancel.request_stop();
@@ -227,12 +235,13 @@ TEST(RedisUri, TheDatabaseNumberSelectsTheDatabase) {
 }
 
 TEST(RedisUri, MalformedOrUnreachableBackendsGiveClearErrors) {
-  for (const char* uri : {"redis//127.0.0.1:6379", "redis://", "redis://127.0.0.1:0",
-                          "redis://127.0.0.1:99999", "redis://127.0.0.1:6379/x",
-                          "redis://a:1,b:2", "redlock://127.0.0.1:1,127.0.0.1:1",
-                          "redis://127.0.0.1:6379?bogus=1", "nosuch://x"}) {
+  for (const char* uri :
+       {"redis//127.0.0.1:6379", "redis://", "redis://127.0.0.1:0", "redis://127.0.0.1:99999",
+        "redis://127.0.0.1:6379/x", "redis://a:1,b:2", "redlock://127.0.0.1:1,127.0.0.1:1",
+        "redis://127.0.0.1:6379?bogus=1", "nosuch://x"}) {
     auto client = Client::connect(uri);
-    EXPECT_EQ(client.code(), Code::kInvalidArgument) << uri << " -> " << client.status().to_string();
+    EXPECT_EQ(client.code(), Code::kInvalidArgument)
+        << uri << " -> " << client.status().to_string();
   }
   auto port = free_loopback_port();
   auto unreachable = Client::connect("redis://127.0.0.1:" + std::to_string(port));

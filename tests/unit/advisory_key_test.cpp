@@ -31,11 +31,16 @@ TEST(Sha256, MatchesTheFipsTestVectors) {
 }
 
 TEST(Sha256, IsRightAroundThePaddingBoundary) {
-  EXPECT_EQ(hex(sha256(std::string(55, 'x'))), "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072");
-  EXPECT_EQ(hex(sha256(std::string(56, 'x'))), "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
-  EXPECT_EQ(hex(sha256(std::string(63, 'x'))), "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2");
-  EXPECT_EQ(hex(sha256(std::string(64, 'x'))), "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c");
-  EXPECT_EQ(hex(sha256(std::string(65, 'x'))), "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9");
+  EXPECT_EQ(hex(sha256(std::string(55, 'x'))),
+            "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072");
+  EXPECT_EQ(hex(sha256(std::string(56, 'x'))),
+            "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
+  EXPECT_EQ(hex(sha256(std::string(63, 'x'))),
+            "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2");
+  EXPECT_EQ(hex(sha256(std::string(64, 'x'))),
+            "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c");
+  EXPECT_EQ(hex(sha256(std::string(65, 'x'))),
+            "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9");
 }
 
 TEST(AdvisoryKey, CanonicalDecimalInt64NamesAreUsedAsIs) {

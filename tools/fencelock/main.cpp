@@ -107,7 +107,8 @@ CLI::App* add_migrate(CLI::App& app, MigrateArgs& args) {
       "fencelock migrate [OPTIONS]\n\n"
       "Creates what the backend needs on its servers (PostgreSQL lease mode: the fencelock_leases\n"
       "table and the fencelock_tokens sequence) and prints the statements it ran. Idempotent.\n"
-      "For deployments whose runtime role may not run DDL: run it once with a privileged role.\n\n" +
+      "For deployments whose runtime role may not run DDL: run it once with a privileged "
+      "role.\n\n" +
       std::string(kSeeAlso));
   add_backend_options(migrate, args.backend, args.json);
   return migrate;

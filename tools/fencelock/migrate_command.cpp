@@ -25,7 +25,8 @@ int migrate_command(const MigrateArgs& args) {
   } else if (ran->empty()) {
     std::fputs("nothing to do: the schema is in place (or this backend needs none)\n", stdout);
   } else {
-    for (const auto& statement : *ran) std::fputs(fmt::format("ran:\n{}\n", statement).c_str(), stdout);
+    for (const auto& statement : *ran)
+      std::fputs(fmt::format("ran:\n{}\n", statement).c_str(), stdout);
   }
   return kExitOk;
 }
