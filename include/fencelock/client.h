@@ -6,7 +6,8 @@
 //   fencelock::LockKey::make("reports/nightly"); auto lease = client->acquire(*key, {.ttl = 10s,
 //   .wait = 30s}); if (lease) write_with_fence(lease->token());
 //
-// Backends are chosen by URI (redis://, redlock://, memory://; see docs/PROTOCOLS.md).
+// Backends are chosen by URI (redis://, redlock://, postgres://, etcd://, memory://; see
+// docs/PROTOCOLS.md).
 //
 // Threads of one process that contend for one key queue locally in FIFO order; only the head of
 // the queue talks to the servers. Waiting never polls: waiters wake on the backend's release

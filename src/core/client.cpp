@@ -7,6 +7,7 @@
 
 #include "core/client_core.h"
 #include "core/uri.h"
+#include "etcd/etcd_backend.h"
 #include "memory/memory_backend.h"
 #include "postgres/postgres_backend.h"
 #include "redis/redis_backend.h"
@@ -25,8 +26,10 @@ Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
   const std::string& scheme = parsed->scheme;
   if (scheme == "memory") return detail::make_memory_backend(*parsed);
   if (scheme == "redis" || scheme == "redlock") return detail::make_redis_backend(*parsed, options);
+  if (scheme == "etcd" || scheme == "etcds") return detail::make_etcd_backend(uri, options);
   return Status(Code::kInvalidArgument,
-                fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, postgres:// or memory://)",
+                fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, "
+                            "postgres://, etcd:// or memory://)",
                             scheme));
 }
 

@@ -81,13 +81,14 @@ struct BackendNames {
     if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
     if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
     if (std::is_same_v<T, PostgresAdvisoryBackendTag>) return "postgres_advisory";
+    if (std::is_same_v<T, EtcdBackendTag>) return "etcd";
     return "unknown";
   }
 };
 
 using Backends =
     ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
-                     PostgresAdvisoryBackendTag>;
+                     PostgresAdvisoryBackendTag, EtcdBackendTag>;
 TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
 
 // --- the Lease contract ----------------------------------------------------------------------
@@ -173,7 +174,8 @@ TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   auto second = b.acquire(k, {.ttl = 10s});
   EXPECT_EQ(second.code(), Code::kLocked) << second.status().to_string();
-  auto same_client = a.acquire(k, {.ttl = 10s});  // not re-entrant: a second grant is a second holder
+  auto same_client =
+      a.acquire(k, {.ttl = 10s});  // not re-entrant: a second grant is a second holder
   EXPECT_EQ(same_client.code(), Code::kLocked);
 }
 
@@ -253,7 +255,8 @@ TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClient
 
 TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidity) {
   Client client = this->connect();
-  auto lease = client.acquire(this->key("loss/norenew"), {.ttl = this->harness_->short_ttl(), .renew = false});
+  auto lease = client.acquire(this->key("loss/norenew"),
+                              {.ttl = this->harness_->short_ttl(), .renew = false});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   LostProbe probe(*lease);
   ASSERT_TRUE(probe.wait(5s));
@@ -347,7 +350,8 @@ TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
   ASSERT_TRUE(lease.ok());
   std::stop_source cancel;
   std::optional<Result<Lease>> waited;
-  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 30s, .stop = cancel.get_token()})); });
+  std::thread waiter(
+      [&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 30s, .stop = cancel.get_token()})); });
   ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
   auto cancelled_at = Clock::now();
   cancel.request_stop();
@@ -427,8 +431,9 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
 
 TYPED_TEST(Conformance, Keys_AnyBytesButNulWorkAndDoNotCollide) {
   Client client = this->connect();
-  std::vector<std::string> names = {"a}b", "{a}", "a*", "a?[x]", "with space", "ünïcode",
-                                    std::string(512, 'k'), "a", "a:fence", "a}:fence"};
+  std::vector<std::string> names = {
+      "a}b", "{a}",     "a*",      "a?[x]", "with space", "ünïcode", std::string(512, 'k'),
+      "a",   "a:fence", "a}:fence"};
   std::vector<Lease> held;
   for (const auto& name : names) {
     auto lease = client.acquire(this->key(name), {.ttl = 30s});

@@ -40,10 +40,12 @@ class Harness {
 };
 
 std::unique_ptr<Harness> make_memory_harness();
-std::unique_ptr<Harness> make_redis_harness();    // one redis-server
-std::unique_ptr<Harness> make_redlock_harness();  // three independent redis-servers
+std::unique_ptr<Harness> make_redis_harness();           // one redis-server
+std::unique_ptr<Harness> make_redlock_harness();         // three independent redis-servers
 std::unique_ptr<Harness> make_postgres_lease_harness();  // one PostgreSQL 15 server, mode=lease
-std::unique_ptr<Harness> make_postgres_advisory_harness();  // one PostgreSQL 15 server, mode=advisory
+std::unique_ptr<Harness>
+make_postgres_advisory_harness();              // one PostgreSQL 15 server, mode=advisory
+std::unique_ptr<Harness> make_etcd_harness();  // a three-member etcd 3.4 cluster
 
 struct MemoryBackendTag {
   static std::unique_ptr<Harness> make() { return make_memory_harness(); }
@@ -59,6 +61,9 @@ struct PostgresLeaseBackendTag {
 };
 struct PostgresAdvisoryBackendTag {
   static std::unique_ptr<Harness> make() { return make_postgres_advisory_harness(); }
+};
+struct EtcdBackendTag {
+  static std::unique_ptr<Harness> make() { return make_etcd_harness(); }
 };
 
 }  // namespace fencelock::testing

@@ -1,0 +1,582 @@
+#include "etcd/etcd_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/quorum.h"
+#include "etcd/etcd_connection.h"
+#include "etcd/etcd_keys.h"
+
+namespace fencelock::detail {
+namespace etcd {
+namespace {
+
+constexpr std::int64_t kPage = 8;  // keys read per page when looking for a lock's first key
+constexpr int kMaxRestarts = 3;    // fresh sessions one acquisition may take before giving up
+
+// One etcd lease shared by every lock of one TTL (in whole seconds) of this Client.
+struct Session {
+  std::int64_t id = 0;
+  milliseconds ttl{0};
+  std::atomic<Clock::rep> confirmed_ticks{0};  // send time of the last answered grant/keep-alive
+  std::atomic<bool> dead{false};               // etcd said the lease is gone (or we revoked it)
+
+  Clock::time_point confirmed() const {
+    return Clock::time_point(Clock::duration(confirmed_ticks.load()));
+  }
+  void confirm(Clock::time_point sent) {
+    Clock::rep ticks = sent.time_since_epoch().count();
+    Clock::rep seen = confirmed_ticks.load();
+    while (seen < ticks && !confirmed_ticks.compare_exchange_weak(seen, ticks)) {
+    }
+  }
+};
+
+// An acquisition in progress or a grant: the own key and its create revision.
+struct Held {
+  std::shared_ptr<Session> session;
+  std::string name;
+  std::string key;
+  std::int64_t revision = 0;
+};
+
+// The outcome of one acquisition on one session.
+struct Attempt {
+  Status status;
+  std::optional<Grant> grant;
+  bool restart = false;  // the session died under us: try again on a fresh one
+};
+
+bool lease_not_found(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::NOT_FOUND;
+}
+
+const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_view name) {
+  for (const auto& kv : page.kvs()) {
+    if (lock_name_of(kv.key()) == name) return &kv;
+  }
+  return nullptr;
+}
+
+class EtcdBackend final : public Backend {
+ public:
+  EtcdBackend(std::unique_ptr<EtcdConnection> connection, std::string description,
+              std::size_t members)
+      : conn_(std::move(connection)),
+        options_(conn_->options()),
+        description_(std::move(description)),
+        op_budget_(options_.io_timeout * static_cast<int>(std::max<std::size_t>(members, 2))) {}
+
+  ~EtcdBackend() override {
+    std::lock_guard lock(sessions_mu_);
+    for (auto& [_, session] : sessions_) revoke(*session);
+  }
+
+  milliseconds min_ttl() const override { return milliseconds(2000); }
+
+  Result<Grant> acquire(const AcquireCall& call) override {
+    for (int restarts = 0;; ++restarts) {
+      if (restarts > kMaxRestarts)
+        return Status(Code::kUnavailable, "the etcd session was lost repeatedly");
+      auto session = session_for(call.ttl);
+      if (!session.ok()) return session.status();
+      if (Status slot = take_slot(**session, call); !slot.ok()) return slot;
+      Attempt attempt = acquire_on(call, *session);
+      if (attempt.grant) return *attempt.grant;
+      free_slot((*session)->id, call.key.str());
+      if (!attempt.restart) return attempt.status;
+    }
+  }
+
+  TryResult try_acquire(const GrantRequest& request) override {
+    auto grant = acquire(AcquireCall{request.key,
+                                     request.owner,
+                                     request.ttl,
+                                     request.metadata,
+                                     milliseconds(0),
+                                     Clock::now(),
+                                     {},
+                                     options_.io_timeout});
+    if (grant.ok()) return TryResult{Status::Ok(), *grant, milliseconds(0)};
+    return TryResult{grant.status(), std::nullopt, milliseconds(0)};
+  }
+
+  // Unused: acquire() waits on etcd watches itself. A watch that only sleeps keeps the contract.
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override {
+    struct Sleeper final : ReleaseWatch {
+      bool wait_until(Clock::time_point until, std::stop_token stop) override {
+        std::mutex mu;
+        std::condition_variable_any cv;
+        std::unique_lock lock(mu);
+        cv.wait_until(lock, stop, until, [] { return false; });
+        return false;
+      }
+    };
+    return std::make_unique<Sleeper>();
+  }
+
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    std::vector<RenewOutcome> out(items.size());
+    std::map<std::shared_ptr<Session>, std::vector<std::size_t>> by_session;
+    {
+      std::lock_guard lock(mu_);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        auto it = held_.find(items[i].owner->hex());
+        if (it == held_.end()) {
+          out[i].kind = RenewOutcome::kRejected;  // released or never granted here
+        } else {
+          by_session[it->second.session].push_back(i);
+        }
+      }
+    }
+    for (auto& [session, indices] : by_session) {
+      const Clock::time_point sent = Clock::now();
+      std::int64_t ttl = 0;
+      grpc::Status status = session->dead
+                                ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
+                                : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
+      RenewOutcome::Kind kind = RenewOutcome::kUnknown;
+      if (status.ok() && ttl > 0) {
+        session->confirm(sent);
+        kind = RenewOutcome::kRenewed;
+      } else if ((status.ok() && ttl <= 0) || lease_not_found(status)) {
+        session->dead = true;
+        kind = RenewOutcome::kRejected;
+      }
+      for (std::size_t i : indices) {
+        out[i].kind = kind;
+        if (kind == RenewOutcome::kRenewed) {
+          out[i].valid_until = validity_deadline(sent, items[i].ttl, options_.drift_factor);
+        }
+      }
+    }
+    return out;
+  }
+
+  Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
+    Held held;
+    {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(owner.hex());
+      if (it == held_.end()) return Status::Ok();
+      held = it->second;
+    }
+    Status status = delete_own_key(held, deadline);
+    forget(owner);
+    free_slot(held.session->id, key.str());
+    return status;
+  }
+
+  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+    std::int64_t revision = 0;
+    auto first = first_key(key.str(), /*descending=*/false, 0, 0, &revision);
+    if (!first.ok()) return first.status();
+    if (!first->has_value()) return std::optional<HolderInfo>();
+    std::map<std::int64_t, milliseconds> ttls;
+    return std::optional<HolderInfo>(holder_info(key.str(), **first, ttls));
+  }
+
+  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+    pb::RangeRequest request;
+    request.set_key(prefix.empty() ? std::string(1, '\0') : std::string(prefix));
+    request.set_range_end(prefix_end(std::string(prefix)));
+    pb::RangeResponse response;
+    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Range(&c, request, &response);
+    });
+    if (!status.ok()) return to_status(status, "list");
+    std::map<std::string, const pb::KeyValue*> holders;  // by lock name: lowest create revision
+    for (const auto& kv : response.kvs()) {
+      auto name = lock_name_of(kv.key());
+      if (!name || !name->starts_with(prefix)) continue;
+      auto [it, inserted] = holders.emplace(std::string(*name), &kv);
+      if (!inserted && kv.create_revision() < it->second->create_revision()) it->second = &kv;
+    }
+    std::vector<HolderInfo> out;
+    std::map<std::int64_t, milliseconds> ttls;
+    for (const auto& [name, kv] : holders) out.push_back(holder_info(name, *kv, ttls));
+    return out;
+  }
+
+  std::string describe() const override { return description_; }
+
+ private:
+  Clock::time_point op_deadline() const { return Clock::now() + op_budget_; }
+
+  // The session for `ttl` (rounded up to whole seconds), granting a lease when there is none or
+  // the last one may have expired (its validity, by our clock, has passed).
+  Result<std::shared_ptr<Session>> session_for(milliseconds ttl) {
+    const auto seconds = std::chrono::ceil<std::chrono::seconds>(ttl);
+    std::lock_guard lock(sessions_mu_);
+    auto& slot = sessions_[seconds.count()];
+    if (slot && !slot->dead &&
+        validity_deadline(slot->confirmed(), slot->ttl, options_.drift_factor) > Clock::now()) {
+      return slot;
+    }
+    if (slot) revoke(*slot);  // frees the keys of grants already declared lost
+    slot.reset();
+    pb::LeaseGrantRequest request;
+    request.set_ttl(seconds.count());
+    pb::LeaseGrantResponse response;
+    const Clock::time_point sent = Clock::now();
+    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+      return s.lease->LeaseGrant(&c, request, &response);
+    });
+    if (!status.ok()) return to_status(status, "lease grant");
+    if (!response.error().empty() || response.id() == 0) {
+      return Status(Code::kInternal, "etcd lease grant failed: " + response.error());
+    }
+    auto session = std::make_shared<Session>();
+    session->id = response.id();
+    session->ttl = std::chrono::duration_cast<milliseconds>(std::chrono::seconds(response.ttl()));
+    session->confirm(sent);
+    slot = session;
+    return session;
+  }
+
+  void revoke(Session& session) {
+    session.dead = true;
+    pb::LeaseRevokeRequest request;
+    request.set_id(session.id);
+    pb::LeaseRevokeResponse response;
+    (void)conn_->call(Clock::now() + options_.io_timeout, [&](Stubs& s, grpc::ClientContext& c) {
+      return s.lease->LeaseRevoke(&c, request, &response);
+    });
+  }
+
+  // Two acquisitions of one key on one session would share the own key: the second waits here
+  // until the first is released (kLocked for a try, or when the wait runs out).
+  Status take_slot(const Session& session, const AcquireCall& call) {
+    const auto slot = std::make_pair(session.id, call.key.str());
+    std::unique_lock lock(mu_);
+    auto free = [&] { return !slots_.contains(slot); };
+    if (!free()) {
+      if (call.wait <= milliseconds(0))
+        return Status(Code::kLocked, "key is held by another owner");
+      if (!slot_cv_.wait_until(lock, call.stop, call.deadline, free)) {
+        if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
+        return Status(Code::kLocked, "key is still held after waiting");
+      }
+    }
+    slots_.insert(slot);
+    return Status::Ok();
+  }
+
+  void free_slot(std::int64_t lease, const std::string& name) {
+    std::lock_guard lock(mu_);
+    slots_.erase(std::make_pair(lease, name));
+    slot_cv_.notify_all();
+  }
+
+  void forget(const OwnerId& owner) {
+    std::lock_guard lock(mu_);
+    held_.erase(owner.hex());
+  }
+
+  // Compare create revision and delete: never removes a later grant's key.
+  Status delete_own_key(const Held& held, Clock::time_point deadline) {
+    if (held.revision == 0) return Status::Ok();
+    pb::TxnRequest request;
+    pb::Compare* same = request.add_compare();
+    same->set_key(held.key);
+    same->set_target(pb::Compare::CREATE);
+    same->set_result(pb::Compare::EQUAL);
+    same->set_create_revision(held.revision);
+    request.add_success()->mutable_request_delete_range()->set_key(held.key);
+    pb::TxnResponse response;
+    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Txn(&c, request, &response);
+    });
+    return to_status(status, "release");
+  }
+
+  static pb::RangeRequest first_page(const std::string& name, bool descending) {
+    pb::RangeRequest range;
+    range.set_key(lock_prefix(name));
+    range.set_range_end(prefix_end(lock_prefix(name)));
+    range.set_sort_target(pb::RangeRequest::CREATE);
+    range.set_sort_order(descending ? pb::RangeRequest::DESCEND : pb::RangeRequest::ASCEND);
+    range.set_limit(kPage);
+    return range;
+  }
+
+  // The first key of lock `name` in create-revision order (ascending; or descending, below
+  // `max_create`), read at `revision` (0: now; the revision read is stored in *read_revision).
+  Result<std::optional<pb::KeyValue>> first_key(const std::string& name, bool descending,
+                                                std::int64_t max_create, std::int64_t revision,
+                                                std::int64_t* read_revision) {
+    pb::RangeRequest request = first_page(name, descending);
+    if (max_create > 0) request.set_max_create_revision(max_create);
+    request.set_revision(revision);
+    for (;;) {
+      pb::RangeResponse page;
+      grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        return s.kv->Range(&c, request, &page);
+      });
+      if (!status.ok()) return to_status(status, "range");
+      if (request.revision() == 0) {
+        request.set_revision(page.header().revision());  // later pages: the same snapshot
+        *read_revision = page.header().revision();
+      }
+      if (const pb::KeyValue* kv = first_of_lock(page, name))
+        return std::optional<pb::KeyValue>(*kv);
+      if (!page.more() || page.kvs().empty()) return std::optional<pb::KeyValue>();
+      std::int64_t last = page.kvs(page.kvs_size() - 1).create_revision();
+      if (descending) {
+        request.set_max_create_revision(last - 1);
+      } else {
+        request.set_min_create_revision(last + 1);
+      }
+    }
+  }
+
+  // Creates the own key (fresh: a leftover of an earlier acquisition is deleted first, so that
+  // every grant has a new create revision) and reads the holder in the same revision.
+  // Fills held.revision and *holder_revision.
+  grpc::Status create_own_key(const AcquireCall& call, Held& held, std::int64_t* holder_revision) {
+    for (int attempt = 0;; ++attempt) {
+      pb::TxnRequest request;
+      pb::Compare* absent = request.add_compare();
+      absent->set_key(held.key);
+      absent->set_target(pb::Compare::CREATE);
+      absent->set_result(pb::Compare::EQUAL);
+      absent->set_create_revision(0);
+      pb::PutRequest* put = request.add_success()->mutable_request_put();
+      put->set_key(held.key);
+      put->set_value(encode_value(call.owner.short_hex(), call.metadata));
+      put->set_lease(held.session->id);
+      *request.add_success()->mutable_request_range() = first_page(held.name, false);
+      request.add_failure()->mutable_request_range()->set_key(held.key);
+      pb::TxnResponse response;
+      grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        return s.kv->Txn(&c, request, &response);
+      });
+      if (!status.ok()) return status;
+      if (!response.succeeded()) {
+        const auto& found = response.responses(0).response_range();
+        Held leftover = held;
+        leftover.revision = found.kvs_size() > 0 ? found.kvs(0).create_revision() : 0;
+        if (attempt > 0)
+          return grpc::Status(grpc::StatusCode::INTERNAL, "own key keeps reappearing");
+        Status erased = delete_own_key(leftover, op_deadline());
+        if (!erased.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, erased.message());
+        continue;
+      }
+      held.revision = response.header().revision();
+      const auto& page = response.responses(1).response_range();
+      if (const pb::KeyValue* kv = first_of_lock(page, held.name)) {
+        *holder_revision = kv->create_revision();
+        return grpc::Status::OK;
+      }
+      std::int64_t ignored = 0;
+      auto first = first_key(held.name, false, 0, held.revision, &ignored);
+      if (!first.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, first.status().message());
+      *holder_revision = first->has_value() ? (*first)->create_revision() : held.revision;
+      return grpc::Status::OK;
+    }
+  }
+
+  // After a wake-up: whether the own key still exists with its revision (etcd issue 11456: a
+  // session that expired while waiting takes the own key with it), and the holder's revision.
+  Result<bool> recheck(const Held& held, std::int64_t* holder_revision) {
+    pb::RangeRequest own;
+    own.set_key(held.key);
+    pb::RangeResponse mine;
+    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Range(&c, own, &mine);
+    });
+    if (!status.ok()) return to_status(status, "range");
+    if (mine.kvs_size() == 0 || mine.kvs(0).create_revision() != held.revision) return false;
+    std::int64_t ignored = 0;
+    auto first = first_key(held.name, false, 0, mine.header().revision(), &ignored);
+    if (!first.ok()) return first.status();
+    *holder_revision = first->has_value() ? (*first)->create_revision() : 0;
+    return true;
+  }
+
+  // Sends a keep-alive for `session` if its last one is ttl/3 old. False when the lease is gone.
+  bool keep_session_alive(Session& session, bool force) {
+    if (!force && Clock::now() < session.confirmed() + session.ttl / 3) return true;
+    const Clock::time_point sent = Clock::now();
+    std::int64_t ttl = 0;
+    grpc::Status status = conn_->keep_alive(session.id, sent + options_.io_timeout, &ttl);
+    if (status.ok() && ttl > 0) session.confirm(sent);
+    if ((status.ok() && ttl <= 0) || lease_not_found(status)) session.dead = true;
+    return !session.dead;
+  }
+
+  Attempt give_up(const OwnerId& owner, const Held& held, Status status) {
+    (void)delete_own_key(held, Clock::now() + options_.io_timeout);
+    forget(owner);
+    return Attempt{std::move(status), std::nullopt, false};
+  }
+
+  // Starts the acquisition over (a fresh own key, at the end of the line; on a fresh session if
+  // etcd said this one is gone). Never marks a session dead on a guess: session_for() revokes
+  // dead sessions, and a live one may carry valid grants.
+  Attempt restart(const OwnerId& owner, const Held& held) {
+    (void)delete_own_key(held, Clock::now() + options_.io_timeout);
+    forget(owner);
+    return Attempt{Status(Code::kUnavailable, "etcd session lost"), std::nullopt, true};
+  }
+
+  Attempt acquire_on(const AcquireCall& call, const std::shared_ptr<Session>& session) {
+    Held held{session, call.key.str(), own_key(call.key.str(), session->id), 0};
+    std::int64_t holder = 0;
+    grpc::Status created = create_own_key(call, held, &holder);
+    if (!created.ok()) {
+      if (lease_not_found(created)) {
+        session->dead = true;  // etcd says so: the next try grants a fresh lease
+        return restart(call.owner, held);
+      }
+      // Ambiguous: the Txn may have created the own key. Its revision is unknown, but this
+      // acquisition holds the (session, lock) slot, so no other grant of ours can own that key.
+      if (held.revision == 0) {
+        pb::DeleteRangeRequest erase;
+        erase.set_key(held.key);
+        pb::DeleteRangeResponse erased;
+        (void)conn_->call(Clock::now() + options_.io_timeout,
+                          [&](Stubs& s, grpc::ClientContext& c) {
+                            return s.kv->DeleteRange(&c, erase, &erased);
+                          });
+      }
+      return give_up(call.owner, held, to_status(created, "acquire"));
+    }
+    {
+      std::lock_guard lock(mu_);
+      held_[call.owner.hex()] = held;
+    }
+    const bool waits = call.wait > milliseconds(0);
+    for (;;) {
+      if (holder == held.revision) return grant(call, held);
+      if (!waits)
+        return give_up(call.owner, held, Status(Code::kLocked, "key is held by another owner"));
+      if (call.stop.stop_requested())
+        return give_up(call.owner, held, Status(Code::kCancelled, "acquisition cancelled"));
+      if (Clock::now() >= call.deadline) {
+        return give_up(call.owner, held, Status(Code::kLocked, "key is still held after waiting"));
+      }
+      std::int64_t revision = 0;
+      auto predecessor = first_key(held.name, /*descending=*/true, held.revision - 1, 0, &revision);
+      if (!predecessor.ok()) return give_up(call.owner, held, predecessor.status());
+      if (predecessor->has_value()) {
+        const Clock::time_point keep_alive_due = session->confirmed() + session->ttl / 3;
+        auto waited = conn_->wait_for_delete((*predecessor)->key(), revision + 1,
+                                             std::min(call.deadline, keep_alive_due), call.stop);
+        if (waited == EtcdConnection::WatchResult::kCancelled) {
+          return give_up(call.owner, held, Status(Code::kCancelled, "acquisition cancelled"));
+        }
+        if (waited == EtcdConnection::WatchResult::kFailed) {
+          std::this_thread::sleep_for(
+              std::min<Clock::duration>(milliseconds(50), call.deadline - Clock::now()));
+        }
+      }
+      // No renewer covers a waiter: it keeps its own session alive.
+      if (!keep_session_alive(*session, false)) return restart(call.owner, held);
+      auto still_mine = recheck(held, &holder);
+      if (!still_mine.ok()) return give_up(call.owner, held, still_mine.status());
+      if (!*still_mine) {
+        (void)keep_session_alive(*session,
+                                 /*force=*/true);  // tells a lost session from a deleted key
+        return restart(call.owner, held);
+      }
+    }
+  }
+
+  Attempt grant(const AcquireCall& call, const Held& held) {
+    Session& session = *held.session;
+    Clock::time_point valid =
+        validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
+    if (valid - Clock::now() < call.ttl / 2) {
+      if (!keep_session_alive(session, true)) return restart(call.owner, held);
+      valid = validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
+    }
+    if (valid <= Clock::now()) {
+      return give_up(call.owner, held,
+                     Status(Code::kDeadlineExceeded,
+                            "etcd did not confirm the session within the lease's validity"));
+    }
+    return Attempt{Status::Ok(),
+                   Grant{FencingToken(static_cast<std::uint64_t>(held.revision)), valid}, false};
+  }
+
+  HolderInfo holder_info(const std::string& name, const pb::KeyValue& kv,
+                         std::map<std::int64_t, milliseconds>& ttls) {
+    DecodedValue value = decode_value(kv.value());
+    HolderInfo info{name, value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
+                    FencingToken(static_cast<std::uint64_t>(kv.create_revision())), milliseconds(0),
+                    value.metadata};
+    if (kv.lease() != 0) {
+      auto [it, inserted] = ttls.emplace(kv.lease(), milliseconds(0));
+      if (inserted) {
+        pb::LeaseTimeToLiveRequest request;
+        request.set_id(kv.lease());
+        pb::LeaseTimeToLiveResponse response;
+        grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+          return s.lease->LeaseTimeToLive(&c, request, &response);
+        });
+        if (status.ok() && response.ttl() > 0) it->second = std::chrono::seconds(response.ttl());
+      }
+      info.ttl_remaining = it->second;
+    }
+    return info;
+  }
+
+  std::unique_ptr<EtcdConnection> conn_;
+  const ClientOptions options_;
+  const std::string description_;
+  const milliseconds op_budget_;  // one call, failing over across every member
+
+  std::mutex sessions_mu_;  // held while a session is granted: one lease per TTL, never two
+  std::map<std::int64_t, std::shared_ptr<Session>>
+      sessions_;  // GUARDED_BY(sessions_mu_), by TTL in s
+
+  std::mutex mu_;
+  std::condition_variable_any slot_cv_;
+  std::set<std::pair<std::int64_t, std::string>> slots_;  // GUARDED_BY(mu_): (lease, lock) in use
+  std::map<std::string, Held> held_;                      // GUARDED_BY(mu_): by owner id hex
+};
+
+std::string endpoint_text(const Endpoint& endpoint) {
+  if (endpoint.host.find(':') != std::string::npos)
+    return fmt::format("[{}]:{}", endpoint.host, endpoint.port);
+  return fmt::format("{}:{}", endpoint.host, endpoint.port);
+}
+
+}  // namespace
+}  // namespace etcd
+
+Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
+                                                   const ClientOptions& options) {
+  auto parsed = parse_uri(text, 2379);
+  if (!parsed.ok()) return parsed.status();
+  const ParsedUri& uri = *parsed;
+  if (uri.scheme == "etcds") {
+    return Status(Code::kInvalidArgument,
+                  "etcds:// (TLS) is not supported yet; use etcd:// (see docs/PROTOCOLS.md)");
+  }
+  if (uri.endpoints.empty())
+    return Status(Code::kInvalidArgument, "etcd:// needs at least one host");
+  if (!uri.path.empty() || !uri.query.empty()) {
+    return Status(Code::kInvalidArgument, "etcd:// takes no path or query parameters");
+  }
+  if (!uri.user.empty() && !uri.has_password) {
+    return Status(Code::kInvalidArgument, "etcd:// with a user needs a password (user:password@)");
+  }
+  std::vector<std::string> endpoints;
+  for (const auto& endpoint : uri.endpoints) endpoints.push_back(etcd::endpoint_text(endpoint));
+  auto connection =
+      std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password, options);
+  if (Status st = connection->connect(); !st.ok()) return st;
+  return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
+      std::move(connection), redact(uri), uri.endpoints.size()));
+}
+
+}  // namespace fencelock::detail

@@ -1,0 +1,28 @@
+// etcd:// backend (DESIGN.md section 3.3): etcd's concurrency.Mutex over the project's own
+// gRPC stubs, with one session lease per distinct TTL per Client.
+//
+// Layout (etcd/etcd_keys.h): lock NAME is held by the key NAME/<lease hex> with the lowest
+// create revision; the fencing token is that create revision. Waiters watch only their immediate
+// predecessor's deletion and, on waking, check that their own key still exists (etcd issue
+// 11456). Keep-alives go out only through renew_all() (one LeaseKeepAlive per session per
+// round, however many locks) and from a waiting acquisition, which keeps its own session alive.
+// Validity is the client's steady clock: send time of the last answered keep-alive + TTL - drift.
+// See docs/PROTOCOLS.md ("etcd") for the full protocol and its limits.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "core/backend.h"
+#include "core/uri.h"
+#include "fencelock/options.h"
+
+namespace fencelock::detail {
+
+// etcd://[user:pass@]h1:2379,h2:2379,... (port default 2379). Connects (kUnavailable when no
+// member answers within connect_timeout) and authenticates when credentials are given
+// (kUnauthenticated when refused). etcds:// (TLS) is kInvalidArgument: not supported yet.
+Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view uri,
+                                                   const ClientOptions& options);
+
+}  // namespace fencelock::detail

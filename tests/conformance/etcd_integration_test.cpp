@@ -1,0 +1,288 @@
+// The etcd backend against real 3-member etcd 3.4 clusters: interoperability with `etcdctl lock`
+// both ways, one session lease for many locks, the TTL minimum, unreachable endpoints, and a
+// killed leader during a held lock.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "etcd/etcd_keys.h"
+#include "fencelock/client.h"
+#include "support/etcd_cluster.h"
+#include "support/process.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Keys listed by `etcdctl get PREFIX --prefix --keys-only` (one lock key per line).
+int keys_in(const std::string& listing) {
+  return static_cast<int>(std::count(listing.begin(), listing.end(), '/'));
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit) {
+  for (auto until = Clock::now() + limit; Clock::now() < until; std::this_thread::sleep_for(20ms)) {
+    if (pred()) return true;
+  }
+  return pred();
+}
+
+// The key layout (src/etcd/etcd_keys.h) needs no server: a key belongs to lock NAME exactly when
+// it is NAME/<1..16 lowercase hex digits>, so nested lock names never collide.
+TEST(EtcdKeyLayout, AKeyBelongsToTheLockBeforeItsLastSlashWhenHexFollows) {
+  using detail::etcd::lock_name_of;
+  EXPECT_EQ(detail::etcd::own_key("jobs", 0x694d9ff1c7a21f0bLL), "jobs/694d9ff1c7a21f0b");
+  EXPECT_EQ(lock_name_of("jobs/694d9ff1c7a21f0b"), std::optional<std::string_view>("jobs"));
+  EXPECT_EQ(lock_name_of("jobs/a/1f"), std::optional<std::string_view>("jobs/a"));  // lock "jobs/a"
+  EXPECT_EQ(lock_name_of("a//1f"), std::optional<std::string_view>("a/"));          // lock "a/"
+  EXPECT_EQ(lock_name_of("jobs/a"), std::optional<std::string_view>("jobs"));       // lease 0xa
+  EXPECT_FALSE(lock_name_of("jobs/A1"));                 // upper case: not etcd's %x
+  EXPECT_FALSE(lock_name_of("jobs/"));                   // no lease id
+  EXPECT_FALSE(lock_name_of("jobs/11112222333344445"));  // 17 digits: more than an int64
+  EXPECT_FALSE(lock_name_of("/1f"));                     // empty lock name
+  EXPECT_FALSE(lock_name_of("plain"));
+  EXPECT_EQ(detail::etcd::prefix_end("a/"), "a0");
+  EXPECT_EQ(detail::etcd::prefix_end(std::string("a\xff", 2)), "b");
+  EXPECT_EQ(detail::etcd::prefix_end(""), std::string(1, '\0'));
+}
+
+TEST(EtcdKeyLayout, TheValueCarriesTheOwnerPrefixAndTheMetadata) {
+  auto decoded = detail::etcd::decode_value(detail::etcd::encode_value("0123abcd", R"({"pid":7})"));
+  EXPECT_EQ(decoded.owner_prefix, "0123abcd");
+  EXPECT_EQ(decoded.metadata, R"({"pid":7})");
+  EXPECT_EQ(detail::etcd::decode_value(detail::etcd::encode_value("0123abcd", "not json")).metadata,
+            "not json");
+  EXPECT_EQ(detail::etcd::decode_value("").owner_prefix, "");  // etcdctl lock writes an empty value
+}
+
+class EtcdIntegration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = EtcdCluster::start(3);
+    dir_ = make_temp_dir("fencelock-etcd-it-");
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  Client connect(ClientOptions options = {}) {
+    auto client = Client::connect(cluster_->uri(), options);
+    if (!client.ok()) throw std::runtime_error("connect failed: " + client.status().to_string());
+    return std::move(*client);
+  }
+
+  // `etcdctl lock NAME` running a command that prints "held <ETCD_LOCK_REV>" once it holds the
+  // lock and exits when the file `release` exists.
+  ChildProcess etcdctl_lock(const std::string& name, const std::string& output,
+                            const std::string& release) {
+    return ChildProcess::spawn(
+        {"etcdctl", "--endpoints=" + cluster_->endpoints(), "lock", name, "--", "sh", "-c",
+         fmt::format("echo \"held $ETCD_LOCK_REV\"; while [ ! -e '{}' ]; do sleep 0.05; done",
+                     release)},
+        {"ETCDCTL_API=3"}, output);
+  }
+
+  std::unique_ptr<EtcdCluster> cluster_;
+  std::string dir_;
+};
+
+TEST_F(EtcdIntegration, EtcdctlLockAndFencelockExcludeEachOther) {
+  Client client = connect();
+  const auto key = *LockKey::make("interop");
+  const std::string output = dir_ + "/etcdctl.out", release = dir_ + "/release";
+
+  // etcdctl holds: fencelock is refused, and a waiting fencelock is granted when etcdctl ends.
+  ChildProcess holder = etcdctl_lock("interop", output, release);
+  ASSERT_TRUE(eventually([&] { return read_file(output).starts_with("held"); }, 20s))
+      << "etcdctl never locked";
+  const auto etcdctl_rev = std::stoull(read_file(output).substr(5));
+  EXPECT_EQ(client.acquire(key, {.ttl = 5s}).code(), Code::kLocked);
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(client.acquire(key, {.ttl = 5s, .wait = 20s})); });
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(waited.has_value()) << "granted while etcdctl held the lock";
+  std::ofstream(release).put('\n');
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().to_string();
+  EXPECT_GT((*waited)->token().value(), etcdctl_rev);
+  EXPECT_EQ(holder.wait_for(15s), std::optional<int>(0));
+
+  // fencelock holds: etcdctl lock does not get it until fencelock releases.
+  std::remove(release.c_str());
+  const std::string second_output = dir_ + "/etcdctl2.out";
+  ChildProcess contender = etcdctl_lock("interop", second_output, release);
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(read_file(second_output), "") << "etcdctl locked while fencelock held the lock";
+  const auto fencelock_token = (*waited)->token().value();
+  ASSERT_TRUE((*waited)->release().ok());
+  ASSERT_TRUE(eventually([&] { return read_file(second_output).starts_with("held"); }, 10s))
+      << "etcdctl was not granted after fencelock released";
+  EXPECT_GT(std::stoull(read_file(second_output).substr(5)), fencelock_token);
+  std::ofstream(release).put('\n');
+  EXPECT_EQ(contender.wait_for(15s), std::optional<int>(0));
+}
+
+TEST_F(EtcdIntegration, AThousandLocksOfOneClientShareOneEtcdLease) {
+  Client client = connect();
+  std::vector<Lease> held;
+  for (int i = 0; i < 1000; ++i) {
+    auto lease = client.acquire(*LockKey::make(fmt::format("many/{}", i)), {.ttl = 6s});
+    ASSERT_TRUE(lease.ok()) << i << ": " << lease.status().to_string();
+    held.push_back(std::move(*lease));
+  }
+  std::string leases = cluster_->etcdctl({"lease", "list"});
+  EXPECT_TRUE(leases.starts_with("found 1 leases")) << leases;
+  // Renewal keeps all of them past their TTL with that one lease.
+  auto first = held.front().valid_until();
+  ASSERT_TRUE(eventually([&] { return held.front().valid_until() > first + 3s; }, 10s));
+  for (const auto& lease : held) EXPECT_FALSE(lease.is_lost()) << lease.key().str();
+  EXPECT_TRUE(cluster_->etcdctl({"lease", "list"}).starts_with("found 1 leases"));
+}
+
+TEST_F(EtcdIntegration, TtlBelowTwoSecondsIsInvalidArgument) {
+  Client client = connect();
+  const auto key = *LockKey::make("ttl");
+  EXPECT_EQ(client.acquire(key, {.ttl = 1999ms}).code(), Code::kInvalidArgument);
+  auto lease = client.acquire(key, {.ttl = 2s});
+  EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+}
+
+TEST_F(EtcdIntegration, UnreachableEndpointsAreUnavailableAtConnect) {
+  const std::string uri =
+      fmt::format("etcd://127.0.0.1:{},127.0.0.1:{}", free_loopback_port(), free_loopback_port());
+  auto start = Clock::now();
+  auto client = Client::connect(uri, {.connect_timeout = 300ms});
+  EXPECT_EQ(client.code(), Code::kUnavailable) << client.status().to_string();
+  EXPECT_LT(Clock::now() - start, 5s);
+}
+
+TEST_F(EtcdIntegration, ConnectSucceedsWhileTheFirstEndpointIsDown) {
+  cluster_->kill(0);
+  auto client = Client::connect(cluster_->uri(), {.connect_timeout = 2s});
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto lease = client->acquire(*LockKey::make("first-down"), {.ttl = 3s});
+  EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+}
+
+TEST_F(EtcdIntegration, ALeaderKilledWhileALockIsHeldKeepsTheLeaseAndTokensIncrease) {
+  Client client = connect(), other = connect();
+  const auto key = *LockKey::make("failover");
+  auto lease = client.acquire(key, {.ttl = 6s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  const auto before = lease->valid_until();
+  cluster_->kill(cluster_->leader());
+  // Two renewal rounds later the lease is still held, and renewed through the new leader.
+  ASSERT_TRUE(eventually([&] { return lease->valid_until() > before + 3s; }, 15s))
+      << "no renewal after failover";
+  EXPECT_FALSE(lease->is_lost());
+  EXPECT_EQ(other.acquire(key, {.ttl = 5s}).code(), Code::kLocked);
+  const auto token = lease->token();
+  ASSERT_TRUE(lease->release().ok());
+  auto next = other.acquire(key, {.ttl = 5s});
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_GT(next->token(), token);
+}
+
+// No renewer covers a waiter: it keeps its own session alive, and so its place in line, however
+// long it waits beyond its TTL.
+TEST_F(EtcdIntegration, AWaiterKeepsItsPlaceInLineLongerThanItsTtl) {
+  Client holder = connect(), waiter = connect();
+  const auto key = *LockKey::make("patient");
+  auto lease = holder.acquire(key, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  std::optional<Result<Lease>> waited;
+  std::thread thread([&] { waited.emplace(waiter.acquire(key, {.ttl = 2s, .wait = 30s})); });
+  auto in_line = [&] { return cluster_->etcdctl({"get", "patient/", "--prefix", "--keys-only"}); };
+  ASSERT_TRUE(eventually([&] { return keys_in(in_line()) == 2; }, 10s));
+  const std::string keys = in_line();
+  std::this_thread::sleep_for(5s);  // 2.5 TTLs of the waiter's session
+  EXPECT_EQ(in_line(), keys) << "the waiter's key was lost or re-created";
+  const auto token = lease->token();
+  ASSERT_TRUE(lease->release().ok());
+  thread.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().to_string();
+  EXPECT_GT((*waited)->token(), token);
+}
+
+// Waiters of several Clients are granted in the order they queued (create revision order).
+TEST_F(EtcdIntegration, WaitersOfSeveralClientsAreGrantedInArrivalOrder) {
+  Client holder = connect();
+  std::vector<Client> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(connect());
+  const auto key = *LockKey::make("fifo");
+  auto lease = holder.acquire(key, {.ttl = 30s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      auto mine = clients[static_cast<std::size_t>(i)].acquire(key, {.ttl = 10s, .wait = 30s});
+      if (!mine.ok()) return;
+      std::lock_guard lock(mu);
+      order.push_back(i);
+    });
+    // The next waiter queues only once this one has its key.
+    ASSERT_TRUE(eventually(
+        [&] {
+          return keys_in(cluster_->etcdctl({"get", "fifo/", "--prefix", "--keys-only"})) == i + 2;
+        },
+        10s));
+  }
+  ASSERT_TRUE(lease->release().ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+}
+
+// A paused (SIGSTOP) leader answers nothing: calls to it time out and move to another member.
+TEST_F(EtcdIntegration, APausedLeaderIsFailedOverByDeadline) {
+  Client client = connect({.io_timeout = 500ms});
+  const auto key = *LockKey::make("paused");
+  auto lease = client.acquire(key, {.ttl = 6s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  const auto before = lease->valid_until();
+  const int leader = cluster_->leader();
+  cluster_->pause(leader);
+  ASSERT_TRUE(eventually([&] { return lease->valid_until() > before + 3s; }, 15s)) << "no renewal";
+  EXPECT_FALSE(lease->is_lost());
+  auto other = client.acquire(*LockKey::make("paused-2"), {.ttl = 6s});
+  EXPECT_TRUE(other.ok()) << other.status().to_string();
+  cluster_->resume(leader);
+  EXPECT_TRUE(lease->release().ok());
+}
+
+TEST_F(EtcdIntegration, CredentialsInTheUriAuthenticateAndWrongOnesAreRejectedAtConnect) {
+  cluster_->enable_auth("alice", "s3cret");
+  auto refused = Client::connect("etcd://alice:wrong@" + cluster_->endpoints());
+  EXPECT_EQ(refused.code(), Code::kUnauthenticated) << refused.status().to_string();
+  EXPECT_EQ(refused.status().message().find("wrong"), std::string::npos) << "the password leaked";
+  auto client = Client::connect("etcd://alice:s3cret@" + cluster_->endpoints());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  EXPECT_EQ(client->describe().find("s3cret"), std::string::npos);
+  auto lease = client->acquire(*LockKey::make("authed"), {.ttl = 3s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  auto holder = client->inspect(lease->key());
+  ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
+  EXPECT_EQ((*holder)->token, lease->token());
+  EXPECT_TRUE(lease->release().ok());
+}
+
+}  // namespace
+}  // namespace fencelock::testing
