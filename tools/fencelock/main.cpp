@@ -42,8 +42,8 @@ constexpr const char* kSeeAlso =
 void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
   command
       ->add_option("--backend", backend,
-                   "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3 or "
-                   "postgres://USER:PASS@HOST:PORT/DB[?mode=lease] "
+                   "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, "
+                   "postgres://USER:PASS@HOST:PORT/DB[?mode=lease] or etcd://H1:P1,H2:P2,H3:P3 "
                    "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379)")
       ->type_name("URI");
   command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
