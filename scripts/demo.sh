@@ -2,8 +2,8 @@
 # fencelock demo (a few seconds once built): installs what is missing, builds, starts the local
 # servers (scripts/servers.sh: three redis-server instances, PostgreSQL, etcd) and shows that
 # `fencelock run` serializes a read-sleep-write counter update across processes, with strictly
-# increasing fencing tokens, over Redlock (3 instances), a single Redis, and PostgreSQL (advisory
-# locks and the lease table). The servers are left running at the end.
+# increasing fencing tokens, over Redlock (3 instances), a single Redis, PostgreSQL (advisory
+# locks and the lease table) and etcd. The servers are left running at the end.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -78,6 +78,7 @@ shell_demo() {
   locked_race redis "$FENCELOCK_REDIS_URI"
   locked_race postgres-advisory "$FENCELOCK_PG_URI"
   locked_race postgres-lease "$FENCELOCK_PG_URI?mode=lease"
+  locked_race etcd "$FENCELOCK_ETCD_URI"
 
   say "'fencelock list --backend $FENCELOCK_REDLOCK_URI' after the runs (every lock released):"
   "$FENCELOCK" list --backend "$FENCELOCK_REDLOCK_URI" | sed 's/^/   /'
