@@ -17,18 +17,6 @@
 namespace fencelock::testing {
 namespace {
 
-RedisServerOptions with_password(const std::string& password) {
-  RedisServerOptions options;
-  options.password = password;
-  return options;
-}
-
-AcquireOptions ttl_of(std::chrono::milliseconds ttl) {
-  AcquireOptions options;
-  options.ttl = ttl;
-  return options;
-}
-
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -102,7 +90,7 @@ TEST_F(CliExitCodes, LockHeldElsewhereGives75AndDoesNotRunTheCommand) {
   auto client = Client::connect(server_->uri());
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   auto key = LockKey::make("held-elsewhere");
-  auto lease = client->acquire(*key, ttl_of(30s));
+  auto lease = client->acquire(*key, AcquireOptions{.ttl = 30s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
 
   for (const std::vector<std::string>& options :
@@ -187,7 +175,7 @@ TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
 }
 
 TEST_F(CliExitCodes, WrongPasswordGives77AndIsNeverPrinted) {
-  auto secured = RedisServer::start(with_password("right-secret"));
+  auto secured = RedisServer::start(RedisServerOptions{.password = "right-secret"});
   std::string wrong = fmt::format("redis://:wrong-secret@127.0.0.1:{}", secured->port());
   auto r = run_cli({"run", "--backend", wrong, "k", "--", "touch", marker()});
   EXPECT_EQ(r.exit_code, 77) << r.stderr_text;

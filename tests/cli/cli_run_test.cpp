@@ -21,18 +21,6 @@
 namespace fencelock::testing {
 namespace {
 
-RedisServerOptions with_password(const std::string& password) {
-  RedisServerOptions options;
-  options.password = password;
-  return options;
-}
-
-AcquireOptions ttl_of(std::chrono::milliseconds ttl) {
-  AcquireOptions options;
-  options.ttl = ttl;
-  return options;
-}
-
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -76,7 +64,7 @@ class CliRun : public ::testing::Test {
 };
 
 TEST_F(CliRun, CommandSeesKeyTokenAndBackendWithoutPassword) {
-  auto secured = RedisServer::start(with_password("env-secret"));
+  auto secured = RedisServer::start(RedisServerOptions{.password = "env-secret"});
   auto script = R"(printf '%s\n%s\n%s\n' "$FENCELOCK_KEY" "$FENCELOCK_TOKEN" "$FENCELOCK_BACKEND")";
   std::vector<std::uint64_t> tokens;
   for (int i = 0; i < 2; ++i) {
@@ -101,7 +89,7 @@ TEST_F(CliRun, CommandSeesKeyTokenAndBackendWithoutPassword) {
 }
 
 TEST_F(CliRun, InheritedBackendPasswordIsNotPassedToTheCommand) {
-  auto secured = RedisServer::start(with_password("env-secret"));
+  auto secured = RedisServer::start(RedisServerOptions{.password = "env-secret"});
   auto r = run_cli({"run", "inherited", "--", "sh", "-c", R"(printf '%s' "$FENCELOCK_BACKEND")"},
                    {"FENCELOCK_BACKEND=" + secured->uri_with_credentials()});
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
@@ -179,7 +167,7 @@ TEST_F(CliRun, SigtermIsForwardedAndTheLockReleasedAfterTheCommandExits) {
 TEST_F(CliRun, SigintWhileWaitingCancelsWithoutRunningTheCommand) {
   auto client = Client::connect(server_->uri());
   ASSERT_TRUE(client.ok()) << client.status().to_string();
-  auto lease = client->acquire(*LockKey::make("interrupt-wait"), ttl_of(30s));
+  auto lease = client->acquire(*LockKey::make("interrupt-wait"), AcquireOptions{.ttl = 30s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
 
   ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "--wait", "60s",
