@@ -55,18 +55,6 @@ std::string find_in_bin_dir(const std::string& dir, const std::string& name) {
       dir, name));
 }
 
-std::string percent_encode(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 // A value for a libpq "key=value" connection string: single-quoted, \ and ' escaped.
 std::string conninfo_value(std::string_view value) {
   std::string out = "'";

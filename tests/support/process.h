@@ -119,4 +119,8 @@ void remove_tree(const std::string& path) noexcept;
 // executable); nullopt if not found.
 std::optional<std::string> find_executable(std::string_view program);
 
+// RFC 3986 percent-encoding of everything but unreserved characters, for user names and
+// passwords inside URIs.
+std::string percent_encode(std::string_view text);
+
 }  // namespace fencelock::testing

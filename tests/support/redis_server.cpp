@@ -87,18 +87,6 @@ std::string render(const redisReply& reply) {
   }
 }
 
-std::string percent_encode(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("%{:02X}", c);
-    }
-  }
-  return out;
-}
-
 // "USER:PASS@", ":PASS@" or "" for the credentials the helpers use.
 std::string userinfo(const RedisServerOptions& o) {
   if (!o.acl_user.empty()) {
