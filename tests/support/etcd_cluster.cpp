@@ -247,15 +247,7 @@ bool EtcdCluster::port_taken() const {
 }
 
 std::string EtcdCluster::log_tail(int i, int lines) const {
-  std::ifstream in(log_path(i));
-  std::deque<std::string> tail;
-  for (std::string line; std::getline(in, line);) {
-    tail.push_back(std::move(line));
-    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
-  }
-  std::string out;
-  for (const auto& line : tail) out += line + '\n';
-  return out.empty() ? "(log empty or missing)\n" : out;
+  return file_tail(log_path(i), lines);
 }
 
 std::string EtcdCluster::members_log_tails() const {

@@ -475,15 +475,7 @@ std::string PostgresServer::log_since_launch() const {
 }
 
 std::string PostgresServer::log_tail(int lines) const {
-  std::ifstream in(log_path());
-  std::deque<std::string> tail;
-  for (std::string line; std::getline(in, line);) {
-    tail.push_back(std::move(line));
-    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
-  }
-  std::string out;
-  for (const auto& line : tail) out += line + '\n';
-  return out.empty() ? "(log empty or missing)\n" : out;
+  return file_tail(log_path(), lines);
 }
 
 }  // namespace fencelock::testing

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
+#include <fstream>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -497,6 +499,18 @@ std::string percent_encode(std::string_view text) {
     }
   }
   return out;
+}
+
+std::string file_tail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(std::move(line));
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const auto& line : tail) out += line + '\n';
+  return out.empty() ? "(log empty or missing)\n" : out;
 }
 
 }  // namespace fencelock::testing

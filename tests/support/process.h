@@ -123,4 +123,7 @@ std::optional<std::string> find_executable(std::string_view program);
 // passwords inside URIs.
 std::string percent_encode(std::string_view text);
 
+// The last `lines` lines of a server's log file, for failure messages.
+std::string file_tail(const std::string& path, int lines);
+
 }  // namespace fencelock::testing
