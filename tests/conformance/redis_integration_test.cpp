@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "core/client_core.h"
@@ -203,6 +205,28 @@ TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {
   server->resume();
   EXPECT_EQ(lease.code(), Code::kDeadlineExceeded) << lease.status().to_string();
   EXPECT_LT(took, 2s);
+}
+
+// The Lease destructor never blocks unboundedly: against a server that answers nothing it gives
+// up after ClientOptions::release_timeout (the lock then expires by its TTL).
+TEST(RedisFaults, ALeaseDestructorReturnsAgainstAPausedServer) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri(), {.release_timeout = 200ms});
+  auto lease = client.acquire(key("stuck-release"), {.ttl = 30s});
+  ASSERT_TRUE(lease.ok());
+  auto lost = lease->lost();
+  server->pause();
+  std::promise<void> done;
+  auto finished = done.get_future();
+  std::thread destroying([&, held = std::make_shared<Lease>(std::move(*lease))]() mutable {
+    held.reset();  // runs ~Lease
+    done.set_value();
+  });
+  bool returned = finished.wait_for(10s) == std::future_status::ready;
+  server->resume();
+  destroying.join();
+  EXPECT_TRUE(returned) << "~Lease blocked on an unresponsive server";
+  EXPECT_TRUE(lost.stop_requested());
 }
 
 TEST(RedisAuth, WrongOrMissingPasswordIsUnauthenticatedAndNeverEchoed) {
