@@ -58,6 +58,7 @@ class Lease {
 
  private:
   friend class Client;
+  friend class Election;
   explicit Lease(std::shared_ptr<detail::LeaseState> state);
   std::shared_ptr<detail::LeaseState> state_;
 };

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fencelock/election.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
 
@@ -87,6 +89,25 @@ struct AcquireCall {
   std::stop_token stop;
   milliseconds io_timeout;  // for the give-up release
   bool shared = false;      // REQUIRES: supports_shared()
+  // A campaign (election.h): `metadata` is the campaigner's value, stored verbatim.
+  // REQUIRES: elections() != nullptr
+  bool campaign = false;
+};
+
+// What a backend with leader elections (etcd) offers beyond locks. A campaign is an acquire()
+// with AcquireCall::campaign set; resigning is release().
+class ElectionBackend {
+ public:
+  virtual ~ElectionBackend() = default;
+  // Replaces the value of `owner`'s key in election `name` if it still leads (compare create
+  // revision). kLocked when it does not.
+  virtual Status proclaim(const LockKey& name, const OwnerId& owner, std::string_view value,
+                          Clock::time_point deadline) = 0;
+  virtual Result<std::optional<LeaderInfo>> leader(const LockKey& name) = 0;
+  // See Election::observe.
+  virtual Status observe(const LockKey& name,
+                         const std::function<void(const std::optional<LeaderInfo>&)>& on_change,
+                         std::stop_token stop) = 0;
 };
 
 class Backend {
@@ -125,6 +146,9 @@ class Backend {
 
   // The backend's URI without credentials.
   virtual std::string describe() const = 0;
+
+  // Leader elections, or nullptr when the backend has none.
+  virtual ElectionBackend* elections() { return nullptr; }
 };
 
 }  // namespace fencelock::detail

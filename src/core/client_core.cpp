@@ -47,23 +47,26 @@ Status ClientCore::validate(const AcquireOptions& options) const {
 }
 
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire(const LockKey& key,
-                                                        const AcquireOptions& options) {
+                                                        const AcquireOptions& options,
+                                                        bool campaign) {
   if (Status st = validate(options); !st.ok()) return st;
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = Clock::now() + options.wait;
   auto ticket = queue_.enter(key.str(), deadline, options.stop);
   if (!ticket.ok()) return ticket.status();
-  return acquire_as_head(key, options, deadline);
+  return acquire_as_head(key, options, deadline, campaign);
 }
 
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& key,
                                                                 const AcquireOptions& options,
-                                                                Clock::time_point deadline) {
+                                                                Clock::time_point deadline,
+                                                                bool campaign) {
   const OwnerId owner = OwnerId::random();
-  const std::string& metadata = options.metadata.empty() ? default_metadata_ : options.metadata;
-  auto grant =
-      backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
-                                    options.stop, options_.io_timeout, options.shared});
+  const std::string& metadata =
+      options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
+  auto grant = backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait,
+                                             deadline, options.stop, options_.io_timeout,
+                                             options.shared, campaign});
   if (!grant.ok()) return grant.status();
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);

@@ -17,7 +17,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
   ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
 
-  Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options);
+  // `campaign`: an election campaign (AcquireCall::campaign); options.metadata is the value.
+  Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options,
+                                              bool campaign = false);
   // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
   Status release(LeaseState& lease, Clock::time_point deadline);
 
@@ -30,7 +32,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Status validate(const AcquireOptions& options) const;
   Result<std::shared_ptr<LeaseState>> acquire_as_head(const LockKey& key,
                                                       const AcquireOptions& options,
-                                                      Clock::time_point deadline);
+                                                      Clock::time_point deadline,
+                                                      bool campaign);
 
   // Declaration order is destruction order reversed: the renewer stops before the backend goes.
   std::unique_ptr<Backend> backend_;

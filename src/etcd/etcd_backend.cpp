@@ -65,7 +65,7 @@ const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_vie
   return nullptr;
 }
 
-class EtcdBackend final : public Backend {
+class EtcdBackend final : public Backend, public ElectionBackend {
  public:
   EtcdBackend(std::unique_ptr<EtcdConnection> connection, std::string description,
               std::size_t members)
@@ -207,7 +207,102 @@ class EtcdBackend final : public Backend {
 
   std::string describe() const override { return description_; }
 
+  ElectionBackend* elections() override { return this; }
+
+  Status proclaim(const LockKey& name, const OwnerId& owner, std::string_view value,
+                  Clock::time_point deadline) override {
+    Held held;
+    {
+      std::lock_guard lock(mu_);
+      auto it = held_.find(owner.hex());
+      if (it == held_.end() || it->second.name != name.str())
+        return Status(Code::kLocked, "not the leader any more (resigned)");
+      held = it->second;
+    }
+    pb::TxnRequest request;
+    pb::Compare* same = request.add_compare();
+    same->set_key(held.key);
+    same->set_target(pb::Compare::CREATE);
+    same->set_result(pb::Compare::EQUAL);
+    same->set_create_revision(held.revision);
+    pb::PutRequest* put = request.add_success()->mutable_request_put();
+    put->set_key(held.key);
+    put->set_value(std::string(value));
+    put->set_lease(held.session->id);
+    pb::TxnResponse response;
+    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Txn(&c, request, &response);
+    });
+    if (!status.ok()) return to_status(status, "proclaim");
+    if (!response.succeeded()) {
+      return Status(Code::kLocked, "not the leader any more (the leader key is gone)");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::optional<LeaderInfo>> leader(const LockKey& name) override {
+    std::int64_t revision = 0;
+    auto first = first_key(name.str(), /*descending=*/false, 0, 0, &revision);
+    if (!first.ok()) return first.status();
+    return leader_of(*first);
+  }
+
+  Status observe(const LockKey& name,
+                 const std::function<void(const std::optional<LeaderInfo>&)>& on_change,
+                 std::stop_token stop) override {
+    std::optional<LeaderInfo> last;
+    bool reported = false;
+    while (!stop.stop_requested()) {
+      // Read the leader at revision R, then watch the election's keys from R + 1: no change can
+      // fall between the read and the watch.
+      std::int64_t revision = 0;
+      auto first = first_key(name.str(), /*descending=*/false, 0, 0, &revision);
+      if (!first.ok()) {
+        if (stop.stop_requested()) break;
+        return first.status();
+      }
+      std::optional<LeaderInfo> now = leader_of(*first);
+      if (!reported || !same_leader(now, last)) {
+        on_change(now);
+        last = std::move(now);
+        reported = true;
+      }
+      pb::WatchCreateRequest create;
+      create.set_key(lock_prefix(name.str()));
+      create.set_range_end(prefix_end(lock_prefix(name.str())));
+      create.set_start_revision(revision + 1);
+      auto mine = [&](const pb::WatchResponse& response) {
+        for (const auto& event : response.events()) {
+          if (lock_name_of(event.kv().key()) == name.str()) return true;
+        }
+        return false;
+      };
+      // Bounded watches: a stream on a member that silently left the cluster ends in time.
+      auto result = conn_->watch(create, Clock::now() + kObserveChunk, stop, mine);
+      if (result == EtcdConnection::WatchResult::kFailed) {
+        std::mutex mu;
+        std::condition_variable_any cv;
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, stop, milliseconds(50), [] { return false; });
+      }
+    }
+    return Status::Ok();
+  }
+
  private:
+  static constexpr milliseconds kObserveChunk{10'000};
+
+  static std::optional<LeaderInfo> leader_of(const std::optional<pb::KeyValue>& kv) {
+    if (!kv) return std::nullopt;
+    return LeaderInfo{kv->key(), kv->value(),
+                      FencingToken(static_cast<std::uint64_t>(kv->create_revision()))};
+  }
+
+  static bool same_leader(const std::optional<LeaderInfo>& a, const std::optional<LeaderInfo>& b) {
+    if (a.has_value() != b.has_value()) return false;
+    return !a || (a->key == b->key && a->value == b->value && a->token == b->token);
+  }
+
   Clock::time_point op_deadline() const { return Clock::now() + op_budget_; }
 
   // The session for `ttl` (rounded up to whole seconds), granting a lease when there is none or
@@ -350,7 +445,8 @@ class EtcdBackend final : public Backend {
       absent->set_create_revision(0);
       pb::PutRequest* put = request.add_success()->mutable_request_put();
       put->set_key(held.key);
-      put->set_value(encode_value(call.owner.short_hex(), call.metadata));
+      put->set_value(call.campaign ? call.metadata
+                                   : encode_value(call.owner.short_hex(), call.metadata));
       put->set_lease(held.session->id);
       *request.add_success()->mutable_request_range() = first_page(held.name, false);
       request.add_failure()->mutable_request_range()->set_key(held.key);

@@ -177,38 +177,31 @@ grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point de
   });
 }
 
-EtcdConnection::WatchResult EtcdConnection::wait_for_delete(const std::string& key,
-                                                            std::int64_t start_revision,
-                                                            Clock::time_point until,
-                                                            std::stop_token stop) {
+EtcdConnection::WatchResult EtcdConnection::watch(
+    const pb::WatchCreateRequest& create, Clock::time_point until, std::stop_token stop,
+    const std::function<bool(const pb::WatchResponse&)>& event) {
   Stubs& stubs = members_[current_.load() % members_.size()];
   grpc::ClientContext context;
   prepare(context, until);
   std::stop_callback on_stop(stop, [&context] { context.TryCancel(); });
   auto stream = stubs.watch->Watch(&context);
   pb::WatchRequest request;
-  pb::WatchCreateRequest* create = request.mutable_create_request();
-  create->set_key(key);
-  create->set_start_revision(start_revision);
-  create->add_filters(pb::WatchCreateRequest::NOPUT);
+  *request.mutable_create_request() = create;
   WatchResult result = WatchResult::kFailed;
   if (stream->Write(request)) {
     pb::WatchResponse response;
     while (stream->Read(&response)) {
       // A cancelled watch (compacted start revision, lost leader) just means: look again.
       if (response.canceled()) break;
-      bool deleted = false;
-      for (const auto& event : response.events())
-        deleted = deleted || event.type() == pb::Event::DELETE;
-      if (deleted) {
-        result = WatchResult::kDeleted;
+      if (event(response)) {
+        result = WatchResult::kEvent;
         break;
       }
     }
   }
   context.TryCancel();
   grpc::Status status = stream->Finish();
-  if (result == WatchResult::kDeleted) return result;
+  if (result == WatchResult::kEvent) return result;
   if (stop.stop_requested()) return WatchResult::kCancelled;
   if (Clock::now() >= until) return WatchResult::kTimedOut;
   if (retryable(status)) {
@@ -216,6 +209,22 @@ EtcdConnection::WatchResult EtcdConnection::wait_for_delete(const std::string& k
     current_.compare_exchange_strong(expected, (expected + 1) % members_.size());
   }
   return WatchResult::kFailed;
+}
+
+EtcdConnection::WatchResult EtcdConnection::wait_for_delete(const std::string& key,
+                                                            std::int64_t start_revision,
+                                                            Clock::time_point until,
+                                                            std::stop_token stop) {
+  pb::WatchCreateRequest create;
+  create.set_key(key);
+  create.set_start_revision(start_revision);
+  create.add_filters(pb::WatchCreateRequest::NOPUT);
+  return watch(create, until, stop, [](const pb::WatchResponse& response) {
+    for (const auto& event : response.events()) {
+      if (event.type() == pb::Event::DELETE) return true;
+    }
+    return false;
+  });
 }
 
 }  // namespace fencelock::detail::etcd

@@ -62,8 +62,14 @@ class EtcdConnection {
   // One LeaseKeepAlive round on a fresh short stream: the TTL etcd answered (0: lease gone).
   grpc::Status keep_alive(std::int64_t lease, Clock::time_point deadline, std::int64_t* ttl);
 
-  enum class WatchResult { kDeleted, kTimedOut, kCancelled, kFailed };
-  // Watches `key` from `start_revision` for its deletion, until `until` or `stop`.
+  enum class WatchResult { kEvent, kTimedOut, kCancelled, kFailed };
+  // Runs one Watch stream made by `create` on the current member until `event` returns true for
+  // a response (kEvent), `until` passes, or `stop` fires. kFailed when the stream ends or etcd
+  // cancels the watch (compacted revision, lost leader): look again, on the next member.
+  WatchResult watch(const pb::WatchCreateRequest& create, Clock::time_point until,
+                    std::stop_token stop,
+                    const std::function<bool(const pb::WatchResponse&)>& event);
+  // Watches `key` from `start_revision` for its deletion (kEvent), until `until` or `stop`.
   WatchResult wait_for_delete(const std::string& key, std::int64_t start_revision,
                               Clock::time_point until, std::stop_token stop);
 

@@ -5,39 +5,27 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <stop_token>
 #include <thread>
 
-#include <fmt/format.h>
 
 #include "unique_fd.h"
 
 namespace fencelock::cli {
 
-Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, AcquireOptions options,
-                                SignalChannel& signals) {
-  Acquisition out;
+int run_cancellable(SignalChannel& signals, const std::function<void(std::stop_token)>& work) {
   UniqueFd done(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!done.valid()) {
-    out.client.emplace(
-        Status(Code::kInternal, fmt::format("cannot open an eventfd: {}", std::strerror(errno))));
-    return out;
-  }
   std::stop_source stop;
-  options.stop = stop.get_token();
-
-  // Writes only to out.client and out.lease, which this thread reads after join().
+  if (!done.valid()) {  // no way to wait for both: run uncancellable rather than not at all
+    work(stop.get_token());
+    return 0;
+  }
   std::thread worker([&] {
-    out.client.emplace(Client::connect(uri));
-    if (out.client->ok() && !stop.stop_requested()) {
-      out.lease.emplace(out.client->value().acquire(key, options));
-    }
+    work(stop.get_token());
     std::uint64_t one = 1;
     ssize_t ignored = ::write(done.get(), &one, sizeof one);
     (void)ignored;
   });
-
   int interrupted_by = 0;
   for (bool finished = false; !finished;) {
     pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {done.get(), POLLIN, 0}};
@@ -57,7 +45,20 @@ Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, Acqu
     finished = (fds[1].revents & POLLIN) != 0;
   }
   worker.join();
-  out.interrupted_by = interrupted_by;
+  return interrupted_by;
+}
+
+Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, AcquireOptions options,
+                                SignalChannel& signals) {
+  Acquisition out;
+  out.interrupted_by = run_cancellable(signals, [&](std::stop_token stop) {
+    // Writes only to out.client and out.lease, which the caller reads after the join.
+    options.stop = stop;
+    out.client.emplace(Client::connect(uri));
+    if (out.client->ok() && !stop.stop_requested()) {
+      out.lease.emplace(out.client->value().acquire(key, options));
+    }
+  });
   return out;
 }
 

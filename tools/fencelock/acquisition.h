@@ -8,7 +8,9 @@
 // Thread-safety: call from the thread that opened the SignalChannel.
 #pragma once
 
+#include <functional>
 #include <optional>
+#include <stop_token>
 #include <string>
 
 #include "fencelock/client.h"
@@ -24,6 +26,11 @@ struct Acquisition {
 
 // If interrupted_by != 0 and a lease was granted anyway (the signal raced the grant), the caller
 // still owns that lease and must release it.
+// Runs `work` on a worker thread while this thread waits for it and for signals; a cancelling
+// signal fires the stop token `work` gets. Returns the first cancelling signal (0 if none) once
+// `work` has returned.
+int run_cancellable(SignalChannel& signals, const std::function<void(std::stop_token)>& work);
+
 Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, AcquireOptions options,
                                 SignalChannel& signals);
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "elect_command.h"
 #include "exit_codes.h"
 #include "inspect_commands.h"
 #include "migrate_command.h"
@@ -28,8 +29,10 @@ Exit codes:
   64   usage error: bad option, duration, key or backend URI
   69   backend unavailable (unreachable, no quorum, timed out)
   70   internal error
-  73   run: the lease was lost while the command ran (it got SIGTERM)
-  75   run: the lock was held by another owner for the whole --wait
+  73   run: the lease was lost while the command ran (it got SIGTERM);
+       elect: the leadership was lost
+  75   run: the lock was held by another owner for the whole --wait;
+       elect: not elected within --wait
   77   credentials rejected by the backend
   126  run: the command cannot be executed;  127: not found
 
@@ -114,6 +117,31 @@ CLI::App* add_migrate(CLI::App& app, MigrateArgs& args) {
   return migrate;
 }
 
+CLI::App* add_elect(CLI::App& app, ElectArgs& args) {
+  CLI::App* elect = app.add_subcommand("elect", "Campaign for leadership, or observe the leader");
+  elect->footer(
+      "fencelock elect [OPTIONS] NAME [VALUE]\n"
+      "fencelock elect --observe [OPTIONS] NAME\n\n"
+      "Campaigns in the election NAME (etcd:// backends only; same keys as 'etcdctl elect') and\n"
+      "blocks until elected, then prints one line and stays leader until SIGINT/SIGTERM/SIGHUP/\n"
+      "SIGQUIT (resigns, exit 0) or until the leadership is lost (exit 73). VALUE defaults to\n"
+      "HOST:PID. --observe prints the leader now and after every change, one line each.\n\n"
+      "Example:\n  fencelock elect --backend etcd://127.0.0.1:2379 scheduler node-a:8080\n\n" +
+      std::string(kSeeAlso));
+  add_backend_options(elect, args.backend, args.json);
+  elect->add_flag("--observe", args.observe, "Print the leader and its changes; do not campaign");
+  elect->add_option("--ttl", args.ttl, "Session time to live (at least 2s)")
+      ->type_name("DUR")
+      ->capture_default_str();
+  elect->add_option("--wait", args.wait,
+                    "How long to wait for the leadership (default: until elected; 0: only if "
+                    "nobody leads, exit 75 otherwise)")
+      ->type_name("DUR");
+  elect->add_option("NAME", args.name, "Election name (1..512 bytes)")->required();
+  elect->add_option("VALUE", args.value, "Value the leader proclaims (default HOST:PID)");
+  return elect;
+}
+
 std::string usage_hint(const CLI::ParseError& error, const CLI::App* selected, bool is_run) {
   std::string hint = selected != nullptr
                          ? fmt::format("see 'fencelock {} --help'", selected->get_name())
@@ -132,6 +160,8 @@ int main_with_args(int argc, char** argv) {
       "fencelock run [OPTIONS] KEY -- CMD [ARGS...]\n"
       "fencelock status [OPTIONS] KEY\n"
       "fencelock list [OPTIONS] [PREFIX]\n"
+      "fencelock elect [OPTIONS] NAME [VALUE]\n"
+      "fencelock elect --observe [OPTIONS] NAME\n"
       "fencelock migrate [OPTIONS]\n",
       "fencelock"};
   app.set_version_flag("--version", FENCELOCK_VERSION);
@@ -146,13 +176,15 @@ int main_with_args(int argc, char** argv) {
   CLI::App* list = add_list(app, list_args);
   MigrateArgs migrate_args;
   CLI::App* migrate = add_migrate(app, migrate_args);
+  ElectArgs elect_args;
+  CLI::App* elect = add_elect(app, elect_args);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
     const CLI::App* selected = nullptr;
-    for (const CLI::App* command : {run, status, list, migrate}) {
+    for (const CLI::App* command : {run, status, list, migrate, elect}) {
       if (command->parsed()) selected = command;
     }
     std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
@@ -164,6 +196,7 @@ int main_with_args(int argc, char** argv) {
   if (run->parsed()) return run_command(run_args);
   if (status->parsed()) return status_command(status_args);
   if (migrate->parsed()) return migrate_command(migrate_args);
+  if (elect->parsed()) return elect_command(elect_args);
   return list_command(list_args);
 }
 
