@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <system_error>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -649,28 +654,91 @@ std::string endpoint_text(const Endpoint& endpoint) {
 }  // namespace
 }  // namespace etcd
 
+namespace etcd {
+namespace {
+
+Result<std::string> read_pem(const std::string& option, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("etcds:// {}={}: cannot read the file: {}", option, path,
+                              std::generic_category().message(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// etcds:// query options: cacert (CA bundle; default: the system roots), cert and key (client
+// certificate, both or neither). etcd:// takes none.
+Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const ParsedUri& uri) {
+  if (uri.scheme == "etcd") {
+    if (!uri.query.empty()) {
+      return Status(Code::kInvalidArgument,
+                    "etcd:// takes no query options (TLS options cacert, cert, key need etcds://)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  for (const auto& [name, path] : uri.query) {
+    if (name != "cacert" && name != "cert" && name != "key") {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("etcds:// has no option '{}' (use cacert, cert, key)", name));
+    }
+    auto pem = read_pem(name, path);
+    if (!pem.ok()) return pem.status();
+    (name == "cacert" ? ssl.pem_root_certs
+                      : name == "cert" ? ssl.pem_cert_chain : ssl.pem_private_key) = *pem;
+  }
+  if (ssl.pem_cert_chain.empty() != ssl.pem_private_key.empty()) {
+    return Status(Code::kInvalidArgument,
+                  "etcds:// client certificate needs both cert=PATH and key=PATH");
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+}  // namespace etcd
+
 Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                                    const ClientOptions& options) {
   auto parsed = parse_uri(text, 2379);
   if (!parsed.ok()) return parsed.status();
-  const ParsedUri& uri = *parsed;
-  if (uri.scheme == "etcds") {
-    return Status(Code::kInvalidArgument,
-                  "etcds:// (TLS) is not supported yet; use etcd:// (see docs/PROTOCOLS.md)");
-  }
+  ParsedUri& uri = *parsed;
   if (uri.endpoints.empty())
-    return Status(Code::kInvalidArgument, "etcd:// needs at least one host");
-  if (!uri.path.empty() || !uri.query.empty()) {
-    return Status(Code::kInvalidArgument, "etcd:// takes no path or query parameters");
+    return Status(Code::kInvalidArgument, uri.scheme + ":// needs at least one host");
+  if (!uri.path.empty()) {
+    return Status(Code::kInvalidArgument, uri.scheme + ":// takes no path (no /... after hosts)");
+  }
+  auto credentials = etcd::channel_credentials(uri);
+  if (!credentials.ok()) return credentials.status();
+  if (uri.user.empty()) {
+    if (const char* env = std::getenv("FENCELOCK_ETCD_USER"); env != nullptr) uri.user = env;
+  }
+  if (!uri.has_password && !uri.user.empty()) {
+    if (const char* env = std::getenv("FENCELOCK_ETCD_PASSWORD"); env != nullptr) {
+      uri.password = env;
+      uri.has_password = true;
+    }
   }
   if (!uri.user.empty() && !uri.has_password) {
-    return Status(Code::kInvalidArgument, "etcd:// with a user needs a password (user:password@)");
+    return Status(Code::kInvalidArgument,
+                  uri.scheme + ":// with a user needs a password (user:password@ or "
+                               "FENCELOCK_ETCD_PASSWORD)");
   }
   std::vector<std::string> endpoints;
   for (const auto& endpoint : uri.endpoints) endpoints.push_back(etcd::endpoint_text(endpoint));
-  auto connection =
-      std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password, options);
-  if (Status st = connection->connect(); !st.ok()) return st;
+  auto connection = std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password,
+                                                           *credentials, options);
+  if (Status st = connection->connect(); !st.ok()) {
+    if (st.code() != Code::kUnavailable) return st;
+    return Status(Code::kUnavailable,
+                  st.message() + (uri.scheme == "etcds"
+                                      ? "; check that the members serve TLS, that cacert signed "
+                                        "their certificates (which must name the host dialled) "
+                                        "and that they accept cert/key"
+                                      : "; is etcd running there? (a TLS cluster needs etcds://)"));
+  }
   return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
       std::move(connection), redact(uri), uri.endpoints.size()));
 }

@@ -19,9 +19,11 @@
 
 namespace fencelock::detail {
 
-// etcd://[user:pass@]h1:2379,h2:2379,... (port default 2379). Connects (kUnavailable when no
-// member answers within connect_timeout) and authenticates when credentials are given
-// (kUnauthenticated when refused). etcds:// (TLS) is kInvalidArgument: not supported yet.
+// etcd://[user:pass@]h1:2379,h2:2379,... (port default 2379), or
+// etcds://...?cacert=PATH[&cert=PATH&key=PATH] for TLS (default CA: the system roots).
+// User and password may also come from FENCELOCK_ETCD_USER / FENCELOCK_ETCD_PASSWORD when the URI
+// has none. Connects (kUnavailable when no member answers within connect_timeout) and
+// authenticates when credentials are given (kUnauthenticated when refused).
 Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view uri,
                                                    const ClientOptions& options);
 

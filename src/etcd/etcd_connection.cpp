@@ -50,7 +50,9 @@ Status to_status(const grpc::Status& status, std::string_view what) {
 }
 
 EtcdConnection::EtcdConnection(std::vector<std::string> endpoints, std::string user,
-                               std::string password, ClientOptions options)
+                               std::string password,
+                               std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               ClientOptions options)
     : options_(options), user_(std::move(user)), password_(std::move(password)) {
   for (auto& endpoint : endpoints) {
     grpc::ChannelArguments arguments;
@@ -61,7 +63,7 @@ EtcdConnection::EtcdConnection(std::vector<std::string> endpoints, std::string u
     Stubs stubs;
     stubs.endpoint = endpoint;
     stubs.channel =
-        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), arguments);
+        grpc::CreateCustomChannel(endpoint, credentials, arguments);
     stubs.kv = pb::KV::NewStub(stubs.channel);
     stubs.watch = pb::Watch::NewStub(stubs.channel);
     stubs.lease = pb::Lease::NewStub(stubs.channel);

@@ -1,6 +1,6 @@
 // EtcdConnection: gRPC channels to the members of one etcd cluster, with failover and auth.
 //
-// One insecure channel per endpoint (HTTP proxy disabled, fast reconnect). Every call carries a
+// One channel per endpoint (insecure, or TLS for etcds://) (HTTP proxy disabled, fast reconnect). Every call carries a
 // per-call deadline (ClientOptions::io_timeout, cut to the caller's deadline) and the metadata
 // `hasleader=true`, so that a member cut off from its leader refuses at once instead of hanging.
 // A call that ends UNAVAILABLE or DEADLINE_EXCEEDED is retried on the next endpoint while the
@@ -47,8 +47,9 @@ Status to_status(const grpc::Status& status, std::string_view what);
 
 class EtcdConnection {
  public:
+  // `credentials`: grpc::InsecureChannelCredentials() for etcd://, SslCredentials for etcds://.
   EtcdConnection(std::vector<std::string> endpoints, std::string user, std::string password,
-                 ClientOptions options);
+                 std::shared_ptr<grpc::ChannelCredentials> credentials, ClientOptions options);
 
   // Waits (connect_timeout) until some member accepts a connection, and authenticates when
   // credentials were given. kUnavailable / kUnauthenticated.

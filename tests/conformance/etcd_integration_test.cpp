@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -282,6 +283,67 @@ TEST_F(EtcdIntegration, CredentialsInTheUriAuthenticateAndWrongOnesAreRejectedAt
   ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
   EXPECT_EQ((*holder)->token, lease->token());
   EXPECT_TRUE(lease->release().ok());
+}
+
+TEST_F(EtcdIntegration, CredentialsFromTheEnvironmentAuthenticateWhenTheUriHasNone) {
+  cluster_->enable_auth("bob", "from-env");
+  ::setenv("FENCELOCK_ETCD_PASSWORD", "from-env", 1);
+  auto user_in_uri = Client::connect("etcd://bob@" + cluster_->endpoints());
+  ::setenv("FENCELOCK_ETCD_USER", "bob", 1);
+  auto both_from_env = Client::connect(cluster_->uri());
+  ::setenv("FENCELOCK_ETCD_PASSWORD", "wrong", 1);
+  auto wrong = Client::connect(cluster_->uri());
+  ::unsetenv("FENCELOCK_ETCD_USER");
+  ::unsetenv("FENCELOCK_ETCD_PASSWORD");
+  auto missing = Client::connect("etcd://bob@" + cluster_->endpoints());
+
+  ASSERT_TRUE(user_in_uri.ok()) << user_in_uri.status().to_string();
+  ASSERT_TRUE(both_from_env.ok()) << both_from_env.status().to_string();
+  auto lease = both_from_env->acquire(*LockKey::make("env-auth"), {.ttl = 3s});
+  EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(wrong.code(), Code::kUnauthenticated) << wrong.status().to_string();
+  EXPECT_EQ(missing.code(), Code::kInvalidArgument) << missing.status().to_string();
+  EXPECT_NE(missing.status().message().find("FENCELOCK_ETCD_PASSWORD"), std::string::npos);
+}
+
+// etcds:// against a member that serves TLS only and requires client certificates.
+TEST(EtcdTls, EtcdsWithCaAndClientCertificateWorksAndEveryMisconfigurationIsAClearError) {
+  const std::string dir = make_temp_dir("fencelock-etcd-tls-");
+  EtcdTls tls = make_test_certificates(dir);
+  auto cluster = EtcdCluster::start_tls(1, tls);
+  const std::string hosts = cluster->endpoints();
+
+  auto client = Client::connect(cluster->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  EXPECT_TRUE(client->describe().starts_with("etcds://")) << client->describe();
+  auto lease = client->acquire(*LockKey::make("over-tls"), {.ttl = 3s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_NE(cluster->etcdctl({"get", "over-tls/", "--prefix", "--keys-only"}), "");
+  EXPECT_TRUE(lease->release().ok());
+
+  const ClientOptions quick{.connect_timeout = 500ms};
+  // Plain text to a TLS port, no client certificate, and a CA that did not sign the server.
+  EXPECT_EQ(Client::connect("etcd://" + hosts, quick).code(), Code::kUnavailable);
+  EXPECT_EQ(Client::connect("etcds://" + hosts + "?cacert=" + tls.ca, quick).code(),
+            Code::kUnavailable);
+  EXPECT_EQ(Client::connect(fmt::format("etcds://{}?cacert={}&cert={}&key={}", hosts,
+                                        tls.client_cert, tls.client_cert, tls.client_key),
+                            quick)
+                .code(),
+            Code::kUnavailable);
+  // Usage errors before any connection.
+  auto missing = Client::connect("etcds://" + hosts + "?cacert=" + dir + "/nope.crt");
+  EXPECT_EQ(missing.code(), Code::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("nope.crt"), std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(Client::connect("etcds://" + hosts + "?cert=" + tls.client_cert).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(Client::connect("etcds://" + hosts + "?certificate=x").code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(Client::connect("etcd://" + hosts + "?cacert=" + tls.ca).code(),
+            Code::kInvalidArgument);
+  cluster.reset();
+  remove_tree(dir);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -64,12 +65,60 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 }  // namespace
 
+EtcdTls make_test_certificates(const std::string& dir) {
+  const std::string openssl = find_program("openssl", "openssl");
+  EtcdTls tls{dir + "/ca.crt",     dir + "/server.crt", dir + "/server.key",
+              dir + "/client.crt", dir + "/client.key"};
+  auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {openssl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult result = run_command(argv, {}, "", std::chrono::seconds(30));
+    if (result.exit_code != 0) {
+      throw std::runtime_error(fmt::format("openssl {} failed ({}): {}", args.front(),
+                                           result.exit_code, result.stderr_text));
+    }
+  };
+  const std::vector<std::string> new_key = {"-newkey", "ec", "-pkeyopt",
+                                            "ec_paramgen_curve:prime256v1", "-nodes"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  run(with({"req", "-x509", "-days", "2", "-subj", "/CN=fencelock-test-ca", "-keyout",
+            dir + "/ca.key", "-out", tls.ca},
+           new_key));
+  auto issue = [&](const std::string& name, const std::string& subject,
+                   const std::string& extensions, const std::string& cert,
+                   const std::string& key) {
+    const std::string csr = dir + "/" + name + ".csr", ext = dir + "/" + name + ".ext";
+    std::ofstream(ext) << extensions;
+    run(with({"req", "-subj", subject, "-keyout", key, "-out", csr}, new_key));
+    run({"x509", "-req", "-days", "2", "-in", csr, "-CA", tls.ca, "-CAkey", dir + "/ca.key",
+         "-CAcreateserial", "-extfile", ext, "-out", cert});
+  };
+  issue("server", "/CN=127.0.0.1",
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+        tls.server_cert, tls.server_key);
+  issue("client", "/CN=fencelock-test-client", "extendedKeyUsage=clientAuth\n", tls.client_cert,
+        tls.client_key);
+  return tls;
+}
+
+std::unique_ptr<EtcdCluster> EtcdCluster::start_tls(int members, EtcdTls tls) {
+  return start_cluster(members, std::move(tls));
+}
+
 std::unique_ptr<EtcdCluster> EtcdCluster::start(int members) {
+  return start_cluster(members, std::nullopt);
+}
+
+std::unique_ptr<EtcdCluster> EtcdCluster::start_cluster(int members, std::optional<EtcdTls> tls) {
   if (members < 1) throw std::invalid_argument("EtcdCluster::start: members must be at least 1");
   std::string etcd = find_program("etcd", "etcd-server");
   std::string etcdctl = find_program("etcdctl", "etcd-client");
   std::unique_ptr<EtcdCluster> cluster(new EtcdCluster(
       make_temp_dir("fencelock-etcd-"), std::move(etcd), std::move(etcdctl), members));
+  cluster->tls_ = std::move(tls);
   std::vector<int> all;
   for (int i = 0; i < members; ++i) all.push_back(i);
   for (int attempt = 1;; ++attempt) {
@@ -116,7 +165,11 @@ std::string EtcdCluster::endpoints() const {
   return out;
 }
 
-std::string EtcdCluster::uri() const { return "etcd://" + endpoints(); }
+std::string EtcdCluster::uri() const {
+  if (!tls_) return "etcd://" + endpoints();
+  return fmt::format("etcds://{}?cacert={}&cert={}&key={}", endpoints(), percent_encode(tls_->ca),
+                     percent_encode(tls_->client_cert), percent_encode(tls_->client_key));
+}
 
 std::string EtcdCluster::client_endpoint(int i) const {
   return fmt::format("127.0.0.1:{}", member(i).client_port);
@@ -158,7 +211,9 @@ std::vector<std::string> EtcdCluster::member_args(int i, bool existing) const {
   for (int j = 0; j < size(); ++j) {
     initial_cluster += fmt::format("{}m{}={}", j == 0 ? "" : ",", j, http_url(member(j).peer_port));
   }
-  const std::string client_url = http_url(member(i).client_port);
+  const std::string client_url =
+      tls_ ? fmt::format("https://127.0.0.1:{}", member(i).client_port)
+           : http_url(member(i).client_port);
   const std::string peer_url = http_url(member(i).peer_port);
   const std::vector<std::pair<std::string, std::string>> flags = {
       {"--name", fmt::format("m{}", i)},
@@ -178,6 +233,10 @@ std::vector<std::string> EtcdCluster::member_args(int i, bool existing) const {
   };
   std::vector<std::string> argv = {etcd_};
   for (const auto& [name, value] : flags) argv.insert(argv.end(), {name, value});
+  if (tls_) {
+    argv.insert(argv.end(), {"--cert-file", tls_->server_cert, "--key-file", tls_->server_key,
+                             "--trusted-ca-file", tls_->ca, "--client-cert-auth"});
+  }
   return argv;
 }
 
@@ -204,7 +263,19 @@ void EtcdCluster::launch(int i, bool existing) {
 
 std::vector<std::string> EtcdCluster::etcdctl_argv(const std::string& endpoints,
                                                    const std::vector<std::string>& args) const {
-  std::vector<std::string> argv = {etcdctl_, "--endpoints=" + endpoints};
+  std::vector<std::string> argv = {etcdctl_};
+  if (tls_) {
+    std::string urls;
+    for (std::size_t at = 0; at <= endpoints.size();) {
+      std::size_t comma = std::min(endpoints.find(',', at), endpoints.size());
+      urls += (urls.empty() ? "https://" : ",https://") + endpoints.substr(at, comma - at);
+      at = comma + 1;
+    }
+    argv.insert(argv.end(), {"--endpoints=" + urls, "--cacert=" + tls_->ca,
+                             "--cert=" + tls_->client_cert, "--key=" + tls_->client_key});
+  } else {
+    argv.push_back("--endpoints=" + endpoints);
+  }
   if (!root_password_.empty()) argv.push_back("--user=root:" + root_password_);
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;

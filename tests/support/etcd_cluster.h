@@ -35,6 +35,19 @@
 
 namespace fencelock::testing {
 
+// PEM files for a TLS test cluster, made by make_test_certificates().
+struct EtcdTls {
+  std::string ca;           // CA certificate (trusted by servers and clients)
+  std::string server_cert;  // for 127.0.0.1 (IP SAN), signed by the CA
+  std::string server_key;
+  std::string client_cert;  // CN fencelock-test-client, signed by the CA
+  std::string client_key;
+};
+
+// Makes a throwaway CA and a server and client certificate under `dir` with the openssl tool
+// (Debian package openssl). P-256 keys, valid 2 days. Throws std::runtime_error if openssl fails.
+EtcdTls make_test_certificates(const std::string& dir);
+
 class EtcdCluster {
  public:
   // Starts `members` etcd processes and waits (at most 30 s) until every member reports healthy
@@ -43,6 +56,9 @@ class EtcdCluster {
   // std::runtime_error if etcd or etcdctl is missing, a member exits, or the cluster does not
   // become healthy in time.
   static std::unique_ptr<EtcdCluster> start(int members = 3);
+  // The same with TLS on the client URLs (https://), requiring client certificates signed by
+  // tls.ca (--client-cert-auth). etcdctl() then presents the client certificate.
+  static std::unique_ptr<EtcdCluster> start_tls(int members, EtcdTls tls);
 
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
@@ -52,7 +68,8 @@ class EtcdCluster {
 
   int size() const;
   std::string endpoints() const;             // "127.0.0.1:C0,127.0.0.1:C1,..." (client ports)
-  std::string uri() const;                   // "etcd://" + endpoints()
+  // "etcd://" + endpoints(); with TLS "etcds://" + endpoints() + "?cacert=..&cert=..&key=.."
+  std::string uri() const;
   std::string client_endpoint(int i) const;  // "127.0.0.1:Ci"
   std::string log_path(int i) const;         // TMP/mI.log
   pid_t pid(int i) const;                    // of member i's current (or last) process
@@ -94,6 +111,7 @@ class EtcdCluster {
     bool paused = false;
   };
 
+  static std::unique_ptr<EtcdCluster> start_cluster(int members, std::optional<EtcdTls> tls);
   EtcdCluster(std::string dir, std::string etcd, std::string etcdctl, int members);
   void assign_ports_and_token();
   std::vector<std::string> member_args(int i, bool existing) const;
@@ -114,6 +132,7 @@ class EtcdCluster {
   std::string etcdctl_;
   std::string token_;
   std::string root_password_;  // "" until enable_auth()
+  std::optional<EtcdTls> tls_;
   std::vector<Member> members_;
 };
 
