@@ -2,9 +2,12 @@
 //
 //   fencelock_bench [--redis redis://127.0.0.1:7101]
 //                   [--redlock redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103]
-//                   [--seconds 5] [--workers 8] [--critical-us 1000] [--json FILE]
+//                   [--postgres postgres://...] [--etcd etcd://127.0.0.1:7301,...]
+//                   [--seconds 5] [--workers 8] [--critical-us 1000] [--lockers 64]
+//                   [--json FILE]
 //
-// URIs default to $FENCELOCK_REDIS_URI / $FENCELOCK_REDLOCK_URI (scripts/servers.sh env).
+// URIs default to $FENCELOCK_REDIS_URI / $FENCELOCK_REDLOCK_URI / $FENCELOCK_PG_URI /
+// $FENCELOCK_ETCD_URI (scripts/servers.sh env); PostgreSQL and etcd are skipped without one.
 // Prints a table; --json writes one JSON object per result line. See docs/BENCHMARKS.md.
 #include <unistd.h>
 
@@ -35,7 +38,8 @@ int main(int argc, char** argv) {
   std::string redlock =
       env_or("FENCELOCK_REDLOCK_URI", "redlock://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103");
   std::string postgres = env_or("FENCELOCK_PG_URI", "");  // empty: skipped
-  int seconds = 5, workers = 8, critical_us = 1000;
+  std::string etcd = env_or("FENCELOCK_ETCD_URI", "");    // empty: skipped
+  int seconds = 5, workers = 8, critical_us = 1000, lockers = 64;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -52,6 +56,10 @@ int main(int argc, char** argv) {
       redlock = next();
     else if (arg == "--postgres")
       postgres = next();
+    else if (arg == "--etcd")
+      etcd = next();
+    else if (arg == "--lockers")
+      lockers = std::stoi(next());
     else if (arg == "--seconds")
       seconds = std::stoi(next());
     else if (arg == "--workers")
@@ -62,8 +70,8 @@ int main(int argc, char** argv) {
       json_path = next();
     else {
       std::cerr << "usage: fencelock_bench [--redis URI] [--redlock URI] [--postgres URI] "
-                   "[--seconds N] [--workers N] "
-                   "[--critical-us N] [--json FILE]\n";
+                   "[--etcd URI] [--seconds N] [--workers N] [--critical-us N] [--lockers N] "
+                   "[--json FILE]\n";
       return 64;
     }
   }
@@ -82,6 +90,7 @@ int main(int argc, char** argv) {
       backends.emplace_back("pg_advis", postgres + sep + "mode=advisory");
       backends.emplace_back("pg_lease", postgres + sep + "mode=lease");
     }
+    if (!etcd.empty()) backends.emplace_back("etcd", etcd);
     for (const auto& [label, uri] : backends) {
       auto u =
           run_uncontended({.label = label, .uri = uri, .duration = std::chrono::seconds(seconds)});
@@ -93,6 +102,12 @@ int main(int argc, char** argv) {
            .critical_section = std::chrono::microseconds(critical_us),
            .duration = std::chrono::seconds(seconds),
            .uncontended_cycle_us = u["fencelock"]["latency"]["mean_us"].get<double>()}));
+      results.push_back(run_throughput(
+          {.label = label,
+           .uri = uri,
+           .lockers = lockers,
+           .duration = std::chrono::seconds(seconds),
+           .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
     }
   } catch (const std::exception& e) {
     std::cerr << "fencelock_bench: " << e.what()

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "etcd_baseline.h"
 #include "fencelock/client.h"
 #include "postgres/postgres_uri.h"
 #include "postgres_baseline.h"
@@ -62,6 +63,9 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
     auto split = detail::postgres::split_postgres_uri(config.uri);
     auto pg = std::make_shared<PostgresBaseline>(split->conninfo, split->mode == "advisory");
     bare = [pg](const std::string& k) { return pg->cycle(k); };
+  } else if (config.uri.starts_with("etcd")) {
+    auto etcd = std::make_shared<EtcdBaseline>(config.uri);
+    bare = [etcd](const std::string& k) { return etcd->cycle(k); };
   } else {
     auto redis = std::make_shared<RedisBaseline>(endpoints_of(config.uri));
     bare = [redis](const std::string& k) { return redis->cycle(k); };
@@ -172,6 +176,66 @@ nlohmann::json run_contended(const ContendedConfig& config) {
           {"grants_per_s", rate},       {"target_grants_per_s", 0.8 * ideal},
           {"wait", summary_json(ws)},   {"fairness", fairness},
           {"failures", failures.load()}};
+}
+
+namespace {
+
+// `lockers` threads calling cycle(thread index) until `duration` ends: cycles/s and failures.
+std::pair<double, int> concurrent_cycles(int lockers, std::chrono::milliseconds duration,
+                                         const std::function<bool(int)>& cycle) {
+  std::atomic<long> cycles{0};
+  std::atomic<int> failures{0};
+  const auto start = Clock::now(), end = start + duration;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < lockers; ++t) {
+    threads.emplace_back([&, t] {
+      while (Clock::now() < end) {
+        if (cycle(t)) {
+          cycles++;
+        } else {
+          failures++;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return {static_cast<double>(cycles.load()) / seconds, failures.load()};
+}
+
+}  // namespace
+
+nlohmann::json run_throughput(const ThroughputConfig& config) {
+  Client client = connect(config.uri);
+  std::vector<LockKey> keys;
+  for (int t = 0; t < config.lockers; ++t)
+    keys.push_back(*LockKey::make(fmt::format("bench/throughput/{}", t)));
+  auto [rate, failures] = concurrent_cycles(config.lockers, config.duration, [&](int t) {
+    auto lease = client.acquire(keys[static_cast<std::size_t>(t)], {.ttl = 10s});
+    return lease.ok() && lease->release().ok();
+  });
+  fmt::print(
+      "{:<8} throughput   {} lockers, distinct keys: fencelock {:>7.0f} cycles/s ({:.1f}x the "
+      "sequential {:.0f})  failures {}\n",
+      config.label, config.lockers, rate, rate / config.sequential_cycles_per_s,
+      config.sequential_cycles_per_s, failures);
+  nlohmann::json out = {{"backend", config.label},
+                        {"scenario", "throughput"},
+                        {"lockers", config.lockers},
+                        {"fencelock", {{"cycles_per_s", rate}, {"failures", failures}}},
+                        {"sequential_cycles_per_s", config.sequential_cycles_per_s}};
+  if (config.uri.starts_with("etcd")) {
+    EtcdBaseline bare(config.uri);
+    auto [base_rate, base_failures] =
+        concurrent_cycles(config.lockers, config.duration, [&](int t) {
+          return bare.cycle(fmt::format("bench/throughput-base/{}", t));
+        });
+    fmt::print("{:<8} throughput   {} lockers, distinct keys: baseline  {:>7.0f} cycles/s  "
+               "ratio {:.2f}x  failures {}\n",
+               config.label, config.lockers, base_rate, rate / base_rate, base_failures);
+    out["baseline"] = {{"cycles_per_s", base_rate}, {"failures", base_failures}};
+  }
+  return out;
 }
 
 }  // namespace fencelock::bench

@@ -11,7 +11,7 @@ namespace fencelock::bench {
 
 struct UncontendedConfig {
   std::string label;  // "redis", "redlock", "postgres_lease"
-  std::string uri;    // the baseline follows the scheme: bare hiredis, or bare libpq
+  std::string uri;    // the baseline follows the scheme: bare hiredis, libpq or gRPC
   std::chrono::milliseconds duration{5000};
   int batch = 200;  // cycles per side before switching (interleaving)
 };
@@ -28,5 +28,16 @@ struct ContendedConfig {
 };
 // W workers, one Client each, one key.
 nlohmann::json run_contended(const ContendedConfig& config);
+
+struct ThroughputConfig {
+  std::string label;
+  std::string uri;
+  int lockers = 64;  // threads, each cycling acquire+release on a key of its own
+  std::chrono::milliseconds duration{5000};
+  double sequential_cycles_per_s = 0;  // from run_uncontended, for the comparison
+};
+// C concurrent lockers on distinct keys through one Client (one session, one connection set).
+// etcd also runs the bare-gRPC baseline with the same number of threads, after the library.
+nlohmann::json run_throughput(const ThroughputConfig& config);
 
 }  // namespace fencelock::bench

@@ -20,5 +20,5 @@ fi
 eval "$(./scripts/servers.sh env)"
 mkdir -p "$(dirname "$out")"
 build/fencelock_bench --redis "$FENCELOCK_REDIS_URI" --redlock "$FENCELOCK_REDLOCK_URI" \
-  --postgres "$FENCELOCK_PG_URI" --json "$out" "$@"
+  --postgres "$FENCELOCK_PG_URI" --etcd "$FENCELOCK_ETCD_URI" --json "$out" "$@"
 echo "bench.sh: results in $out (servers left running; scripts/servers.sh stop)"
