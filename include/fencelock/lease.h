@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <stop_token>
+#include <string_view>
 
 #include "fencelock/status.h"
 #include "fencelock/types.h"
@@ -59,6 +60,7 @@ class Lease {
  private:
   friend class Client;
   friend class Election;
+  friend Status etcd_fenced_put(const Lease& lease, std::string_view key, std::string_view value);
   explicit Lease(std::shared_ptr<detail::LeaseState> state);
   std::shared_ptr<detail::LeaseState> state_;
 };

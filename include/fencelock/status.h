@@ -37,6 +37,8 @@ enum class Code {
   kUnauthenticated,
   kPermissionDenied,
   kInternal,
+  // A fence refused a write: "rejected: stale token N < M" (fence.h).
+  kFenced,
 };
 
 // Stable lower-case name of a code, e.g. "locked", "unavailable".

@@ -39,6 +39,9 @@ struct GrantRequest {
 struct Grant {
   FencingToken token{0};
   Clock::time_point valid_until;
+  // The backend's own name for what the grant holds, when guarded_put() needs it (etcd: the own
+  // key NAME/<lease hex>). Empty otherwise.
+  std::string backend_key;
 };
 
 // The outcome of one try: a Grant, or an error. On kLocked, `retry_after` is the holder's
@@ -149,6 +152,15 @@ class Backend {
 
   // Leader elections, or nullptr when the backend has none.
   virtual ElectionBackend* elections() { return nullptr; }
+
+  // Writes key = value only while the grant named `backend_key` (Grant::backend_key) still holds
+  // with `token` (etcd_fenced_put in fence.h). kFenced when it does not.
+  virtual Status guarded_put(const std::string& backend_key, FencingToken token,
+                             std::string_view key, std::string_view value,
+                             Clock::time_point deadline) {
+    (void)backend_key, (void)token, (void)key, (void)value, (void)deadline;
+    return Status(Code::kInvalidArgument, "guarded writes need an etcd:// backend");
+  }
 };
 
 }  // namespace fencelock::detail

@@ -70,6 +70,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   if (!grant.ok()) return grant.status();
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);
+  lease->backend_key = std::move(grant->backend_key);
   lease->core = shared_from_this();
   renewer_.add(lease);
   return lease;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <stop_token>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -27,6 +28,7 @@ struct LeaseState {
   const bool renew;
 
   std::shared_ptr<ClientCore> core;  // keeps the backend alive while the lease lives
+  std::string backend_key;           // Grant::backend_key
 
   Clock::time_point valid_until() const {
     return Clock::time_point(Clock::duration(valid_until_ticks.load(std::memory_order_acquire)));

@@ -22,6 +22,8 @@ std::string_view code_name(Code code) {
       return "permission denied";
     case Code::kInternal:
       return "internal";
+    case Code::kFenced:
+      return "fenced";
   }
   return "unknown";
 }

@@ -18,6 +18,7 @@
 #include "core/quorum.h"
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
+#include "fencelock/fence.h"
 
 namespace fencelock::detail {
 namespace etcd {
@@ -213,6 +214,45 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   std::string describe() const override { return description_; }
 
   ElectionBackend* elections() override { return this; }
+
+  // if create_revision(own key) == token then Put(key, value) else read the lock's holder.
+  Status guarded_put(const std::string& own, FencingToken token, std::string_view key,
+                     std::string_view value, Clock::time_point deadline) override {
+    auto name = lock_name_of(own);
+    if (!name) return Status(Code::kInvalidArgument, "not a lock key of this backend: " + own);
+    pb::TxnRequest request;
+    pb::Compare* holds = request.add_compare();
+    holds->set_key(own);
+    holds->set_target(pb::Compare::CREATE);
+    holds->set_result(pb::Compare::EQUAL);
+    holds->set_create_revision(static_cast<std::int64_t>(token.value()));
+    pb::PutRequest* put = request.add_success()->mutable_request_put();
+    put->set_key(std::string(key));
+    put->set_value(std::string(value));
+    *request.add_failure()->mutable_request_range() = first_page(std::string(*name), false);
+    pb::TxnResponse response;
+    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Txn(&c, request, &response);
+    });
+    if (!status.ok()) return to_status(status, "fenced put");
+    if (response.succeeded()) return Status::Ok();
+    const auto& page = response.responses(0).response_range();
+    const pb::KeyValue* holder = first_of_lock(page, *name);
+    std::uint64_t current = 0;
+    if (holder != nullptr) {
+      current = static_cast<std::uint64_t>(holder->create_revision());
+    } else if (page.more()) {  // the first page held only other locks' keys: look further
+      std::int64_t ignored = 0;
+      auto first = first_key(std::string(*name), false, 0, 0, &ignored);
+      if (first.ok() && first->has_value())
+        current = static_cast<std::uint64_t>((*first)->create_revision());
+    }
+    if (current > token.value()) return stale_token(token, FencingToken(current));
+    return Status(Code::kFenced,
+                  fmt::format("rejected: stale token {} (its lock key is gone; {})", token.value(),
+                              current == 0 ? "nobody holds the lock"
+                                           : fmt::format("the holder's token is {}", current)));
+  }
 
   Status proclaim(const LockKey& name, const OwnerId& owner, std::string_view value,
                   Clock::time_point deadline) override {
@@ -605,7 +645,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                             "etcd did not confirm the session within the lease's validity"));
     }
     return Attempt{Status::Ok(),
-                   Grant{FencingToken(static_cast<std::uint64_t>(held.revision)), valid}, false};
+                   Grant{FencingToken(static_cast<std::uint64_t>(held.revision)), valid, held.key},
+                   false};
   }
 
   HolderInfo holder_info(const std::string& name, const pb::KeyValue& kv,

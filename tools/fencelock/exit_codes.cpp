@@ -7,6 +7,7 @@ int exit_code_for(Code code) {
     case Code::kOk:
       return kExitOk;
     case Code::kLocked:
+    case Code::kFenced:  // a newer holder exists: like "held by another owner"
       return kExitNotAcquired;
     // A timed-out call left nothing held (the library released by owner id): like an unreachable
     // backend, the caller should retry later.

@@ -1,0 +1,110 @@
+// fencelock/fence.h: resource-side guards that check fencing tokens (DESIGN.md section 5).
+//
+// A lock alone cannot keep a resource safe: a holder paused past its TTL (GC, SIGSTOP, a slow
+// disk) wakes up still believing it holds the lock. The resource must check the token of every
+// write and refuse one older than a write it already accepted. Each guard below does that check
+// and the write atomically, at the resource, and reports a refusal as Code::kFenced with the
+// message "rejected: stale token N < M" (N presented, M the highest seen): never a generic error.
+//
+//   auto lease = client.acquire(key, {.ttl = 10s});
+//   fencelock::RedisFence fence = *fencelock::RedisFence::connect("redis://127.0.0.1:6379");
+//   Status wrote = fence.set("reports/latest", report, lease->token());
+//   if (wrote.code() == fencelock::Code::kFenced) { /* a newer holder wrote: stop */ }
+//
+// Guards:
+// - FenceGate: in-process, for a service that owns its storage (any backend's tokens).
+// - RedisFence: one Lua script: SET the data key only if the token is >= the highest recorded
+//   for that key (kept in "fencelock:fence:<key>"). Any backend's tokens; a token of one lock
+//   must not be mixed with another lock's on the same key.
+// - PostgresFence: fencelock_fence(resource, token), called inside the user's transaction before
+//   its write: raises SQLSTATE FL001 (the transaction aborts) for a stale token, and otherwise
+//   holds the fence row until commit, so the check and the write commit together.
+// - etcd_fenced_put(): a Txn that writes only while the lease's own lock key still exists with
+//   its create revision (the token): is-still-holder, checked by etcd itself.
+//
+// Thread-safety: FenceGate is thread-safe. A RedisFence may be used from many threads (calls are
+// serialized on its connection). PostgresFence functions use the caller's connection, which the
+// caller must not share across threads.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fencelock/lease.h"
+#include "fencelock/options.h"
+#include "fencelock/status.h"
+#include "fencelock/types.h"
+
+struct pg_conn;  // libpq's PGconn
+
+namespace fencelock {
+
+// The Status every guard returns for a refused write: kFenced, "rejected: stale token N < M".
+Status stale_token(FencingToken presented, FencingToken highest);
+
+// An in-process monotonic gate: admits a token only if it is >= every token admitted before.
+class FenceGate {
+ public:
+  // Records `token` and returns OK when token >= highest(); kFenced otherwise.
+  Status admit(FencingToken token);
+  // admit(token), then runs `write` while still holding the gate, so no write with an older
+  // token can start until it returns. kFenced without running `write` when stale.
+  Status run(FencingToken token, const std::function<void()>& write);
+  // The highest token admitted so far (0 before the first).
+  FencingToken highest() const;
+
+ private:
+  mutable std::mutex mu_;
+  FencingToken highest_{0};  // GUARDED_BY(mu_)
+};
+
+class RedisFence {
+ public:
+  // redis://[user:pass@]host:port[/db] (password also from FENCELOCK_REDIS_PASSWORD).
+  // kInvalidArgument for another scheme, kUnavailable / kUnauthenticated as for Client::connect.
+  static Result<RedisFence> connect(std::string_view uri, const ClientOptions& options = {});
+
+  // Atomically: if token >= the highest token recorded for `key`, records token and sets
+  // key = value (OK); otherwise kFenced and nothing changes. kUnavailable when Redis cannot be
+  // reached (the write may or may not have happened: retrying with the same token is safe).
+  Status set(std::string_view key, std::string_view value, FencingToken token);
+  // The current value of `key` (nullopt when missing).
+  Result<std::optional<std::string>> get(std::string_view key);
+  // The highest token recorded for `key` (0 when none).
+  Result<FencingToken> highest(std::string_view key);
+
+  // The Lua source of the guard, for programs that issue their own EVAL:
+  // KEYS[1] data key, KEYS[2] fence key; ARGV[1] token (decimal), ARGV[2] value.
+  // Returns {1, token} when written, {0, highest} when stale.
+  static std::string_view script();
+
+  struct Impl;
+
+ private:
+  explicit RedisFence(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+struct PostgresFence {
+  // CREATE TABLE fencelock_fences + CREATE OR REPLACE FUNCTION fencelock_fence(text, numeric)
+  // (src/postgres/sql/fence_schema.sql; idempotent). install() runs it on `conn`.
+  static std::string_view schema_sql();
+  static Status install(pg_conn* conn);
+  // Runs SELECT fencelock_fence(resource, token) on `conn`, which should be inside the caller's
+  // transaction (BEGIN ... this ... the write ... COMMIT). OK: the write may proceed and the
+  // fence row stays locked until the transaction ends. kFenced: stale (the transaction is now
+  // aborted: ROLLBACK). kUnavailable / kInternal for other failures.
+  static Status check(pg_conn* conn, std::string_view resource, FencingToken token);
+};
+
+// etcd only (the lease must come from an etcd:// Client): puts key = value only while the
+// lease's lock key still exists with create revision == lease.token(). kFenced ("rejected: stale
+// token N < M", M the current holder's token, or 0 when nobody holds it) when it does not;
+// kInvalidArgument for a lease of another backend or a released one.
+Status etcd_fenced_put(const Lease& lease, std::string_view key, std::string_view value);
+
+}  // namespace fencelock

@@ -1,0 +1,131 @@
+// RedisFence (fencelock/fence.h): one blocking hiredis connection, serialized by a mutex,
+// reopened after a failure. The guard is fence_set.lua, run with EVALSHA (loaded on connect).
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/uri.h"
+#include "fencelock/fence.h"
+#include "redis/connection.h"
+#include "redis_scripts.h"
+
+namespace fencelock {
+
+namespace redis = detail::redis;
+
+struct RedisFence::Impl {
+  redis::ConnectSpec spec;
+  ClientOptions options;
+  std::mutex mu;
+  redis::ContextPtr context;  // GUARDED_BY(mu); null after a failure
+
+  // Runs one command; reconnects first when needed. kUnavailable on I/O failure.
+  Result<redis::Reply> command(const std::vector<std::string>& args) {
+    std::lock_guard lock(mu);
+    const auto deadline = detail::Clock::now() + options.connect_timeout + options.io_timeout;
+    if (!context) {
+      auto opened = redis::open_context(spec, deadline);
+      if (!opened.ok()) return opened.status();
+      context = std::move(*opened);
+    }
+    const timeval io{static_cast<time_t>(options.io_timeout.count() / 1000),
+                     static_cast<suseconds_t>((options.io_timeout.count() % 1000) * 1000)};
+    redisSetTimeout(context.get(), io);
+    std::vector<const char*> argv;
+    std::vector<size_t> lengths;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    auto* raw = static_cast<redisReply*>(redisCommandArgv(
+        context.get(), static_cast<int>(argv.size()), argv.data(), lengths.data()));
+    if (raw == nullptr) {
+      std::string why = context->errstr;
+      context.reset();
+      return Status(Code::kUnavailable, fmt::format("redis {}: {}",
+                                                    redis::Instance(spec).address(), why));
+    }
+    redis::Reply reply(raw);
+    if (reply->type == REDIS_REPLY_ERROR) {
+      return redis::status_from_error_reply(std::string_view(reply->str, reply->len), "fence");
+    }
+    return reply;
+  }
+};
+
+Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions& options) {
+  auto parsed = detail::parse_uri(uri, 6379);
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->scheme != "redis" || parsed->endpoints.size() != 1) {
+    return Status(Code::kInvalidArgument,
+                  "RedisFence needs redis://host:port (one instance holds the resource)");
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  impl->spec.endpoint = parsed->endpoints.front();
+  impl->spec.user = parsed->user;
+  impl->spec.password = parsed->password;
+  impl->spec.has_password = parsed->has_password;
+  if (!impl->spec.has_password) {
+    if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); env != nullptr) {
+      impl->spec.password = env;
+      impl->spec.has_password = true;
+    }
+  }
+  if (impl->spec.user.empty()) {
+    if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); env != nullptr)
+      impl->spec.user = env;
+  }
+  if (!parsed->path.empty()) {
+    try {
+      impl->spec.db = std::stoi(parsed->path);
+    } catch (const std::exception&) {
+      return Status(Code::kInvalidArgument, "redis:// database must be a number");
+    }
+  }
+  impl->spec.connect_timeout = options.connect_timeout;
+  impl->spec.scripts = {detail::lua::fence_set};
+  auto opened = redis::open_context(impl->spec, detail::Clock::now() + options.connect_timeout +
+                                                    options.io_timeout);
+  if (!opened.ok()) return opened.status();
+  impl->context = std::move(*opened);
+  return RedisFence(std::move(impl));
+}
+
+namespace {
+std::string fence_key(std::string_view key) { return "fencelock:fence:" + std::string(key); }
+
+std::string text(const redisReply* r) { return std::string(r->str, r->len); }
+}  // namespace
+
+Status RedisFence::set(std::string_view key, std::string_view value, FencingToken token) {
+  auto reply = impl_->command({"EVALSHA", std::string(detail::lua::fence_set_sha1), "2",
+                               std::string(key), fence_key(key), std::to_string(token.value()),
+                               std::string(value)});
+  if (!reply.ok()) return reply.status();
+  const redisReply* r = reply->get();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER) {
+    return Status(Code::kInternal, "unexpected reply from the fence script");
+  }
+  if (r->element[0]->integer == 1) return Status::Ok();
+  return stale_token(token, FencingToken(std::stoull(text(r->element[1]))));
+}
+
+Result<std::optional<std::string>> RedisFence::get(std::string_view key) {
+  auto reply = impl_->command({"GET", std::string(key)});
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+  return std::optional<std::string>(text(reply->get()));
+}
+
+Result<FencingToken> RedisFence::highest(std::string_view key) {
+  auto reply = impl_->command({"GET", fence_key(key)});
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_NIL) return FencingToken(0);
+  return FencingToken(std::stoull(text(reply->get())));
+}
+
+std::string_view RedisFence::script() { return detail::lua::fence_set; }
+
+}  // namespace fencelock
