@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <chrono>
 #include <fstream>
@@ -199,6 +200,75 @@ TEST_F(EtcdIntegration, ALeaderKilledWhileALockIsHeldKeepsTheLeaseAndTokensIncre
   auto next = other.acquire(key, {.ttl = 5s});
   ASSERT_TRUE(next.ok()) << next.status().to_string();
   EXPECT_GT(next->token(), token);
+}
+
+// Contended while the leader dies: the waiters are granted one at a time through the new
+// leader, never two holders at once, with increasing tokens.
+TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGrowingTokens) {
+  Client holder = connect();
+  std::vector<Client> waiters;
+  for (int i = 0; i < 3; ++i) waiters.push_back(connect());
+  const auto key = *LockKey::make("failover-contended");
+  auto lease = holder.acquire(key, {.ttl = 6s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  std::atomic<int> inside{0}, overlaps{0};
+  std::mutex mu;
+  std::vector<std::uint64_t> tokens{lease->token().value()};
+  std::vector<std::thread> threads;
+  for (auto& waiter : waiters) {
+    threads.emplace_back([&, client = &waiter] {
+      auto mine = client->acquire(key, {.ttl = 6s, .wait = 40s});
+      if (!mine.ok()) return;
+      if (inside.fetch_add(1) != 0) overlaps++;
+      {
+        std::lock_guard lock(mu);
+        tokens.push_back(mine->token().value());
+      }
+      std::this_thread::sleep_for(50ms);  // the critical section
+      inside.fetch_sub(1);
+      (void)mine->release();
+    });
+  }
+  ASSERT_TRUE(eventually(
+      [&] {
+        return keys_in(cluster_->etcdctl({"get", "failover-contended/", "--prefix",
+                                          "--keys-only"})) == 4;
+      },
+      10s));
+  cluster_->kill(cluster_->leader());
+  (void)cluster_->leader();  // waits until the survivors elected a new one
+  const Status released = lease->release();
+  for (auto& thread : threads) thread.join();
+  ASSERT_TRUE(released.ok()) << released.to_string();
+  EXPECT_EQ(overlaps.load(), 0);
+  ASSERT_EQ(tokens.size(), 4u) << "not every waiter was granted after the failover";
+  EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+  EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end()) << "a token repeated";
+}
+
+// An outage longer than the TTL (no quorum: two of three members paused) is reported: lost()
+// fires by the client's own clock, no later than valid_until(). After the outage the lock is
+// granted again, with a larger token.
+TEST_F(EtcdIntegration, AnOutageLongerThanTheTtlFiresLostAndTheNextGrantHasALargerToken) {
+  Client client = connect({.io_timeout = 300ms}), other = connect({.io_timeout = 300ms});
+  const auto key = *LockKey::make("outage");
+  auto lease = client.acquire(key, {.ttl = 2s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  cluster_->pause(1);
+  cluster_->pause(2);
+  ASSERT_TRUE(eventually([&] { return lease->is_lost(); }, 10s)) << "lost() never fired";
+  EXPECT_GE(Clock::now() + 50ms, lease->valid_until()) << "lost() fired long before validity";
+  cluster_->resume(1);
+  cluster_->resume(2);
+  std::optional<Result<Lease>> next;
+  ASSERT_TRUE(eventually(
+      [&] {
+        next.emplace(other.acquire(key, {.ttl = 3s, .wait = 5s}));
+        return next->ok();
+      },
+      30s))
+      << next->status().to_string();
+  EXPECT_GT((*next)->token(), lease->token());
 }
 
 // No renewer covers a waiter: it keeps its own session alive, and so its place in line, however
