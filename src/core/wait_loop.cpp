@@ -18,6 +18,9 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
       std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
   const bool waits = call.wait > milliseconds(0);
+  // How long a place in line outlives its waiter: about one TTL (so that a waiter that died
+  // costs the others no more than a holder that died), within [1 s, kQueueHold].
+  const milliseconds hold = std::clamp(call.ttl, milliseconds(1000), kQueueHold);
   // Watch before the first try, so that a release between a failed try and the wait is never
   // missed. (For Redis this subscribes once per Client; later watches cost a map insert.)
   std::unique_ptr<ReleaseWatch> watch = waits ? backend.watch(call.key, call.owner) : nullptr;
@@ -30,7 +33,7 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     Clock::time_point now = Clock::now();
     milliseconds queue_for = waits
                                  ? std::clamp(std::chrono::ceil<milliseconds>(call.deadline - now),
-                                              milliseconds(1), kQueueHold)
+                                              milliseconds(1), hold)
                                  : milliseconds(0);
     TryResult attempt = backend.try_acquire(
         GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
@@ -45,7 +48,7 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     }
     // Fallbacks: the holder's remaining TTL, for a holder that dies silently; half the queue
     // hold, to keep this waiter's place in line.
-    milliseconds fallback = std::min(attempt.retry_after, kQueueHold / 2) + milliseconds(1);
+    milliseconds fallback = std::min(attempt.retry_after, hold / 2) + milliseconds(1);
     watch->wait_until(std::min(call.deadline, now + fallback), call.stop);
     if (call.stop.stop_requested())
       return give_up(Status(Code::kCancelled, "acquisition cancelled"));

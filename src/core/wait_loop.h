@@ -6,8 +6,9 @@
 
 namespace fencelock::detail {
 
-// How long a waiter's place in a backend's FIFO queue lasts without a retry: a waiter that
-// crashed blocks the line at most this long. Waiters retry (refresh) at half of it.
+// The longest a waiter's place in a backend's FIFO queue lasts without a retry: a waiter that
+// crashed blocks the line at most this long. The place actually lasts the waiter's TTL within
+// [1 s, kQueueHold]; waiters retry (refresh) at half of that.
 inline constexpr milliseconds kQueueHold{5000};
 
 Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& call);

@@ -1,0 +1,46 @@
+// FaultProxy: a TCP proxy on 127.0.0.1 that sits between clients and one server and injects
+// network faults on command: added latency, dropped connections, and a black hole (connections
+// stay open, nothing flows, as in a partition). Used by `fencelock torture` and by the tests.
+//
+// Faults (set_fault): kNone forwards bytes as they come. kLatency holds every chunk for `delay`
+// before forwarding it (both directions). kDrop resets every open connection and every new one
+// at once (a crashed or restarted server, as the client sees it). kBlackhole stops reading from
+// either side: bytes wait in the kernel's buffers and flow again when the fault is lifted, as
+// with a partition that heals before TCP gives up.
+//
+// Concurrency mechanism: one thread running a poll() loop over the listening socket and every
+// connection pair (non-blocking sockets); set_fault() wakes it through a pipe.
+//
+// Thread-safety: set_fault() and port() may be called from any thread; the destructor stops the
+// thread and closes every socket.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace fencelock::torture {
+
+enum class NetworkFault { kNone, kLatency, kDrop, kBlackhole };
+
+class FaultProxy {
+ public:
+  // Listens on an ephemeral loopback port and forwards to target_host:target_port.
+  // Throws std::runtime_error when the listening socket cannot be opened.
+  FaultProxy(std::string target_host, std::uint16_t target_port);
+  ~FaultProxy();
+  FaultProxy(const FaultProxy&) = delete;
+  FaultProxy& operator=(const FaultProxy&) = delete;
+
+  std::uint16_t port() const;
+  // `delay` applies to kLatency only.
+  void set_fault(NetworkFault fault, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fencelock::torture

@@ -1,0 +1,40 @@
+// `fencelock torture --backend URI [--workers N] [--duration DUR] [--faults LIST] [--json]`:
+// W worker processes contend for one lock and increment a shared register through a fence while
+// the orchestrator injects faults; the checker then reports safety (fenced violations, lost
+// updates, late lost() signals: all must be 0), raw overlaps and unavailability after faults.
+// Exit 0 when safe, 1 on any safety violation. See docs/RELIABILITY.md.
+//
+// Faults (--faults, comma separated; default pause,kill,latency,drop,partition):
+//   pause      SIGSTOP the worker inside its critical section (or any) for 1.5 TTL, then SIGCONT
+//   kill       SIGKILL a worker and start a new one in its place
+//   latency    every connection to the servers gets 100 ms each way for one TTL
+//   drop       every connection to the servers is reset, and new ones refused, for 300 ms
+//   partition  a minority of the servers (the only one, if there is one) is black-holed for
+//              1.5 TTL
+// Network faults run through a FaultProxy per server on 127.0.0.1 (workers connect to it).
+#pragma once
+
+#include <string>
+
+#include "torture/worker.h"
+
+namespace fencelock::cli {
+
+struct TortureArgs {
+  std::string backend;
+  bool json = false;
+  int workers = 3;
+  std::string duration = "30s";
+  std::string ttl = "2s";
+  std::string critical = "20ms";
+  std::string faults = "pause,kill,latency,drop,partition";
+  bool unsafe_no_fence = false;  // the broken variant: the register applies stale writes
+  std::string work_dir;          // where logs go; default a fresh directory under /tmp
+};
+
+int torture_command(const TortureArgs& args);
+
+// `fencelock torture-worker ...` (hidden): one worker process.
+int torture_worker_command(const torture::WorkerArgs& args);
+
+}  // namespace fencelock::cli

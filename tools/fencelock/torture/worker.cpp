@@ -1,0 +1,105 @@
+#include "torture/worker.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fencelock/client.h"
+#include "torture/shared_register.h"
+
+namespace fencelock::torture {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_term(int) { g_stop = true; }
+
+Nanos to_nanos(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Appends whole lines; shared with lost() callbacks on the library's thread.
+class LogFile {
+ public:
+  explicit LogFile(const std::string& path) : file_(std::fopen(path.c_str(), "a")) {}
+  ~LogFile() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  bool ok() const { return file_ != nullptr; }
+  void line(const std::string& text) {
+    std::lock_guard lock(mu_);
+    std::fputs((text + "\n").c_str(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* file_;
+};
+
+}  // namespace
+
+int run_worker(const WorkerArgs& args) {
+  std::signal(SIGTERM, on_term);
+  std::signal(SIGINT, on_term);
+  auto log = std::make_shared<LogFile>(args.log);
+  if (!log->ok()) return 70;
+  RegisterClient reg(args.socket);
+  std::optional<Client> client;
+  while (!client && !g_stop) {
+    auto connected = Client::connect(args.backend);
+    if (connected.ok()) {
+      client.emplace(std::move(*connected));
+    } else {
+      log->line(fmt::format(R"({{"t":"connect_error","at":{},"status":"{}"}})", monotonic_now(),
+                            std::string(code_name(connected.code()))));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const auto key = *LockKey::make(args.key);
+  const std::chrono::milliseconds ttl(args.ttl_ms), half(args.critical_ms / 2);
+  while (!g_stop) {
+    auto lease = client->acquire(key, {.ttl = ttl, .wait = std::chrono::seconds(5)});
+    if (!lease.ok()) {
+      if (lease.code() != Code::kLocked) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    const std::uint64_t token = lease->token().value();
+    const Nanos granted_at = monotonic_now();
+    log->line(fmt::format(R"({{"t":"grant","worker":{},"token":{},"at":{}}})", args.id, token,
+                          granted_at));
+    // The callback only notes the time (it may run on the library's thread while this one
+    // releases); the line is written below, once the critical section is over.
+    auto fired_at = std::make_shared<std::atomic<Nanos>>(0);
+    lease->on_lost([fired_at] { fired_at->store(monotonic_now()); });
+    try {
+      auto read = reg.enter(args.id, token);
+      if (read.ok) {
+        std::this_thread::sleep_for(half);
+        (void)reg.write(args.id, token, read.number + 1);
+        std::this_thread::sleep_for(half);
+      }
+      reg.exit(args.id, token);
+    } catch (const std::exception&) {
+      return 70;  // the orchestrator went away
+    }
+    if (lease->is_lost()) {  // lost before the release: a real loss, not our own release
+      // lost() is visible a moment before its callbacks have run.
+      for (int i = 0; i < 100 && fired_at->load() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      log->line(fmt::format(
+          R"({{"t":"lost","worker":{},"token":{},"granted_at":{},"at":{},"valid_until":{}}})",
+          args.id, token, granted_at, fired_at->load(), to_nanos(lease->valid_until())));
+    }
+    (void)lease->release();
+  }
+  return 0;
+}
+
+}  // namespace fencelock::torture

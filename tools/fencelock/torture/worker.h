@@ -1,0 +1,25 @@
+// One torture worker process (`fencelock torture-worker`, started by `fencelock torture`):
+// contends for the lock "torture" and, while holding it, increments the shared register through
+// the fence (ENTER = fenced read, WRITE = fenced write, EXIT), logging every grant and every
+// lost() signal as JSON lines to its log file. It does not stop its critical section when lost()
+// fires: it plays a holder that was paused or ignores the signal, which the fence must absorb.
+// SIGTERM ends it after the current cycle.
+#pragma once
+
+#include <string>
+
+namespace fencelock::torture {
+
+struct WorkerArgs {
+  std::string backend;
+  std::string socket;  // the shared register
+  std::string log;     // JSON lines, appended
+  int id = 0;
+  int ttl_ms = 2000;
+  int critical_ms = 20;
+  std::string key = "torture";
+};
+
+int run_worker(const WorkerArgs& args);
+
+}  // namespace fencelock::torture
