@@ -1,16 +1,27 @@
 // EtcdConnection: gRPC channels to the members of one etcd cluster, with failover and auth.
 //
-// One channel per endpoint (insecure, or TLS for etcds://) (HTTP proxy disabled, fast reconnect). Every call carries a
-// per-call deadline (ClientOptions::io_timeout, cut to the caller's deadline) and the metadata
-// `hasleader=true`, so that a member cut off from its leader refuses at once instead of hanging.
-// A call that ends UNAVAILABLE or DEADLINE_EXCEEDED is retried on the next endpoint while the
-// caller's deadline allows (every call fencelock makes is idempotent, except LeaseGrant, whose
-// duplicate lease merely expires). With user:password, Authenticate's token travels in the
-// metadata `token`; an invalid-token reply re-authenticates once and retries.
+// One channel per endpoint (insecure, or TLS for etcds://) (HTTP proxy disabled, fast reconnect).
+// Every call carries a per-call deadline (ClientOptions::io_timeout, cut to the caller's deadline)
+// and the metadata `hasleader=true`, so that a member cut off from its leader refuses at once
+// instead of hanging. A call that ends UNAVAILABLE or DEADLINE_EXCEEDED is retried on the next
+// endpoint while the caller's deadline allows (every call fencelock makes is idempotent, except
+// LeaseGrant, whose duplicate lease merely expires). With user:password, Authenticate's token
+// travels in the metadata `token`; an invalid-token reply re-authenticates once and retries.
 //
-// Concurrency mechanism: blocking gRPC calls on the caller's thread (gRPC's own threads do the
-// I/O); no thread of our own. Watches are one stream per waiting acquisition, ended by
-// TryCancel (etcd 3.4 keeps a Watch stream open after WritesDone).
+// Concurrency mechanism: unary calls are blocking gRPC calls on the caller's thread. Keep-alives
+// and watches share two long-lived streams per connection, one LeaseKeepAlive and one Watch
+// (blocking ClientReaderWriter, no deadline, the same metadata as calls), each opened lazily on
+// the current member by its own reader thread, which hands replies to the waiting callers.
+// Writes are serialized by a per-stream mutex. keep_alive() writes the lease ID and waits for
+// the oldest reply carrying it (replies come in request order). watch() sends a
+// WatchCreateRequest; etcd numbers watches in creation order on a stream, so "created" replies are
+// matched to callers in the order their creates were written; the caller then receives the
+// responses for its watch_id and sends a WatchCancelRequest when done. Every wait is bounded by
+// the caller's deadline (and stop token). When a stream ends (member down, no leader, or a
+// keep-alive unanswered by its deadline, which cancels the stream), its pending callers fail
+// (UNAVAILABLE / kFailed), the current member moves to the next one, and the next call opens a
+// fresh stream there; a stream is also replaced when the current member or the auth token changed.
+// The destructor cancels both streams and joins their readers.
 //
 // Thread-safety: all methods may be called from several threads at once.
 #pragma once
@@ -50,6 +61,11 @@ class EtcdConnection {
   // `credentials`: grpc::InsecureChannelCredentials() for etcd://, SslCredentials for etcds://.
   EtcdConnection(std::vector<std::string> endpoints, std::string user, std::string password,
                  std::shared_ptr<grpc::ChannelCredentials> credentials, ClientOptions options);
+  EtcdConnection(const EtcdConnection&) = delete;
+  EtcdConnection& operator=(const EtcdConnection&) = delete;
+  // Cancels the shared streams and joins their reader threads; waiting watches return kFailed,
+  // waiting keep-alives UNAVAILABLE. Never throws.
+  ~EtcdConnection();
 
   // Waits (connect_timeout) until some member accepts a connection, and authenticates when
   // credentials were given. kUnavailable / kUnauthenticated.
@@ -60,13 +76,16 @@ class EtcdConnection {
   // for a reason other than availability, or `deadline` passes. Returns the last gRPC status.
   grpc::Status call(Clock::time_point deadline, const CallFn& fn);
 
-  // One LeaseKeepAlive round on a fresh short stream: the TTL etcd answered (0: lease gone).
+  // One keep-alive of `lease` on the shared LeaseKeepAlive stream, retried on the next member
+  // while `deadline` allows: the TTL etcd answered (0: lease gone). DEADLINE_EXCEEDED when no
+  // reply came in time.
   grpc::Status keep_alive(std::int64_t lease, Clock::time_point deadline, std::int64_t* ttl);
 
   enum class WatchResult { kEvent, kTimedOut, kCancelled, kFailed };
-  // Runs one Watch stream made by `create` on the current member until `event` returns true for
-  // a response (kEvent), `until` passes, or `stop` fires. kFailed when the stream ends or etcd
-  // cancels the watch (compacted revision, lost leader): look again, on the next member.
+  // Runs one watch made by `create` (its watch_id is ignored: etcd numbers watches) on the shared
+  // Watch stream until `event` returns true for a response (kEvent), `until` passes, or `stop`
+  // fires. `event` runs on the caller's thread. kFailed when the stream ends or etcd cancels the
+  // watch (compacted revision, lost leader): look again, on the next member.
   WatchResult watch(const pb::WatchCreateRequest& create, Clock::time_point until,
                     std::stop_token stop,
                     const std::function<bool(const pb::WatchResponse&)>& event);
@@ -77,8 +96,22 @@ class EtcdConnection {
   const ClientOptions& options() const { return options_; }
 
  private:
+  class LeaseStream;
+  class WatchStream;
+
   void prepare(grpc::ClientContext& context, Clock::time_point deadline);
   grpc::Status authenticate(Clock::time_point deadline);
+  std::string current_token();
+  // Between two rounds over every member: waits up to 50 ms (never past `deadline`) for the
+  // current member to connect, which also drives gRPC's reconnection.
+  void pause_between_rounds(Clock::time_point deadline);
+  // Moves the current member past `from`, unless another thread already moved it.
+  void fail_over(std::size_t from);
+  // The shared stream in `slot`, replaced by a fresh one (opened with `open`) when it ended, was
+  // opened on another member than the current one, or with another token. nullptr once the
+  // destructor runs.
+  template <class Stream, class Open>
+  std::shared_ptr<Stream> shared_stream(std::shared_ptr<Stream>& slot, Open open);
 
   const ClientOptions options_;
   const std::string user_;
@@ -86,7 +119,11 @@ class EtcdConnection {
   std::vector<Stubs> members_;
   std::atomic<std::size_t> current_{0};
   std::mutex token_mu_;
-  std::string token_;  // GUARDED_BY(token_mu_)
+  std::string token_;                          // GUARDED_BY(token_mu_)
+  std::mutex streams_mu_;                      // held while a stream is replaced or closed
+  bool closing_ = false;                       // GUARDED_BY(streams_mu_)
+  std::shared_ptr<LeaseStream> lease_stream_;  // GUARDED_BY(streams_mu_)
+  std::shared_ptr<WatchStream> watch_stream_;  // GUARDED_BY(streams_mu_)
 };
 
 }  // namespace fencelock::detail::etcd
