@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -364,7 +365,14 @@ int torture_command(const TortureArgs& args) {
   }
   BackendChoice backend = choose_backend(args.backend);
   std::string dir = args.work_dir;
-  if (dir.empty()) {
+  if (!dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) {
+      return reporter.fail(kExitUsage, "usage",
+                           fmt::format("--work-dir {}: {}", dir, error.message()));
+    }
+  } else {
     char templ[] = "/tmp/fencelock-torture-XXXXXX";
     if (::mkdtemp(templ) == nullptr)
       return reporter.fail(kExitSoftware, "internal", "cannot create a directory under /tmp");

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "fencelock/client.h"
 #include "torture/shared_register.h"
@@ -64,12 +65,25 @@ int run_worker(const WorkerArgs& args) {
   }
   const auto key = *LockKey::make(args.key);
   const std::chrono::milliseconds ttl(args.ttl_ms), half(args.critical_ms / 2);
+  std::string last_error;
   while (!g_stop) {
     auto lease = client->acquire(key, {.ttl = ttl, .wait = std::chrono::seconds(5)});
     if (!lease.ok()) {
-      if (lease.code() != Code::kLocked) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (lease.code() != Code::kLocked) {
+        // One line per new error, for diagnosis: not every retry.
+        if (lease.status().to_string() != last_error) {
+          last_error = lease.status().to_string();
+          log->line(nlohmann::json{{"t", "acquire_error"},
+                                   {"worker", args.id},
+                                   {"at", monotonic_now()},
+                                   {"status", last_error}}
+                        .dump());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       continue;
     }
+    last_error.clear();
     const std::uint64_t token = lease->token().value();
     const Nanos granted_at = monotonic_now();
     log->line(fmt::format(R"({{"t":"grant","worker":{},"token":{},"at":{}}})", args.id, token,
