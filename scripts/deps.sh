@@ -21,8 +21,8 @@ PACKAGES=(
   # etcd backend: gRPC/protobuf code generation and libraries, etcd 3.4 server and etcdctl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   etcd-server etcd-client
-  # test certificates for the etcd TLS tests
-  openssl
+  # test certificates for the etcd TLS tests; clock faults of `fencelock torture`
+  openssl faketime
 )
 
 missing_packages() {

@@ -70,6 +70,18 @@ TEST(TortureCli, EtcdIsSafeUnderPauseKillPartitionAndDrop) {
   expect_safe_under_faults(torture(cluster->uri(), kRun, 0), true);
 }
 
+// Clock faults through libfaketime: a worker whose clocks run at a quarter speed (its renewals
+// come late, its validity estimate is 4x too long) and a worker whose wall clock steps back.
+TEST(TortureCli, ClockSkewAndWallClockJumpsAreSafe) {
+  auto server = RedisServer::start();
+  auto r = torture(server->uri(), {"--duration", "20s", "--faults", "skew,jump"}, 0);
+  EXPECT_EQ(r.value("fenced_violations", -1), 0) << r.dump();
+  EXPECT_EQ(r.value("lost_updates", -1), 0) << r.dump();
+  EXPECT_EQ(r.value("late_lost", -1), 0) << r.dump();
+  EXPECT_TRUE(r["by_fault"].contains("skew")) << r.dump();
+  EXPECT_TRUE(r["by_fault"].contains("jump")) << r.dump();
+}
+
 // The checker can fail: with the fence switched off, a holder paused between its read and its
 // write overwrites a newer holder's increments.
 TEST(TortureCli, TheBrokenVariantWithoutAFenceIsCaught) {

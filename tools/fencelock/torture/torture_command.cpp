@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -40,6 +41,7 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kExitViolation = 1;
+constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
@@ -69,9 +71,11 @@ Result<Settings> parse(const TortureArgs& args) {
     at = comma + 1;
     if (fault.empty() || fault == "none") continue;
     if (fault != "pause" && fault != "kill" && fault != "latency" && fault != "drop" &&
-        fault != "partition") {
+        fault != "partition" && fault != "skew" && fault != "jump") {
       return Status(Code::kInvalidArgument,
-                    fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition)", fault));
+                    fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
+                                "jump)",
+                                fault));
     }
     s.faults.push_back(fault);
   }
@@ -89,21 +93,33 @@ class WorkerProcess {
  public:
   // The backend URI travels in the environment (FENCELOCK_BACKEND), not in the argument list
   // that every user of the machine can read.
-  WorkerProcess(int id, std::vector<std::string> argv, const std::string& backend)
+  WorkerProcess(int id, std::vector<std::string> argv, const std::string& backend,
+                std::vector<std::string> env)
       : id_(id), argv_(std::move(argv)) {
     for (char** e = environ; *e != nullptr; ++e) {
       if (!std::string_view(*e).starts_with("FENCELOCK_BACKEND=")) env_.emplace_back(*e);
     }
     env_.push_back("FENCELOCK_BACKEND=" + backend);
+    env_.insert(env_.end(), env.begin(), env.end());
     start();
   }
   ~WorkerProcess() { kill_and_reap(); }
 
-  void start() {
+  // `extra_env` is added for this start only (a skewed clock); "NAME=" removes NAME.
+  void start(const std::vector<std::string>& extra_env = {}) {
     std::vector<char*> raw, env;
+    std::vector<std::string> extra = extra_env;
     for (auto& a : argv_) raw.push_back(a.data());
     raw.push_back(nullptr);
-    for (auto& e : env_) env.push_back(e.data());
+    for (auto& e : env_) {
+      const std::string_view name = std::string_view(e).substr(0, e.find('=') + 1);
+      bool replaced = false;
+      for (auto& x : extra) replaced |= std::string_view(x).starts_with(name);
+      if (!replaced) env.push_back(e.data());
+    }
+    for (auto& e : extra) {
+      if (e.back() != '=') env.push_back(e.data());  // "NAME=" only removes NAME
+    }
     env.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -150,6 +166,8 @@ struct ActiveFault {
   Nanos at = 0;
   Clock::time_point heal_at;
   std::optional<int> paused_worker;
+  std::optional<int> skewed_worker;
+  std::optional<int> jumped_worker;
 };
 
 class Orchestrator {
@@ -157,6 +175,16 @@ class Orchestrator {
   Orchestrator(const TortureArgs& args, Settings settings, std::string uri, std::string dir)
       : args_(args), settings_(std::move(settings)), dir_(std::move(dir)) {
     reg_ = std::make_unique<SharedRegister>(dir_ + "/register.sock", !args.unsafe_no_fence);
+    if (std::count(settings_.faults.begin(), settings_.faults.end(), "skew") +
+            std::count(settings_.faults.begin(), settings_.faults.end(), "jump") >
+        0) {
+      faketime_ = kFaketime;
+      if (!std::filesystem::exists(faketime_)) {
+        throw std::invalid_argument(fmt::format(
+            "clock faults (skew, jump) need libfaketime at {}: apt-get install faketime",
+            faketime_));
+      }
+    }
     worker_uri_ = uri;
     if (needs_proxy(settings_)) {
       auto split = split_uri(uri);
@@ -173,7 +201,8 @@ class Orchestrator {
     RunRecord record;
     record.started_at = monotonic_now();
     for (int id = 0; id < args_.workers; ++id)
-      workers_.push_back(std::make_unique<WorkerProcess>(id, worker_argv(id), worker_uri_));
+      workers_.push_back(
+          std::make_unique<WorkerProcess>(id, worker_argv(id), worker_uri_, clock_env(id)));
     const auto start = Clock::now(), end = start + settings_.duration;
     const milliseconds interval = std::max(settings_.ttl, milliseconds(500));
     auto next_fault = start + interval;
@@ -214,6 +243,17 @@ class Orchestrator {
 
  private:
   std::string log_of(int id) const { return fmt::format("{}/worker-{}.log", dir_, id); }
+  std::string clock_file(int id) const { return fmt::format("{}/clock-{}", dir_, id); }
+
+  // With clock faults every worker runs under libfaketime, reading its wall-clock offset from
+  // its clock file (re-read every second); the monotonic clock stays real.
+  std::vector<std::string> clock_env(int id) const {
+    if (faketime_.empty()) return {};
+    std::ofstream(clock_file(id)) << "+0\n";
+    return {"LD_PRELOAD=" + faketime_, "FAKETIME_TIMESTAMP_FILE=" + clock_file(id),
+            "FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+            "DONT_FAKE_MONOTONIC=1"};
+  }
 
   std::vector<std::string> worker_argv(int id) const {
     return {"fencelock",
@@ -247,6 +287,23 @@ class Orchestrator {
       auto& w = workers_[static_cast<std::size_t>(pick())];
       w->kill_and_reap();
       w->start();
+    } else if (kind == "skew") {
+      // Restarted with a clock (monotonic and wall) running at a quarter of the real rate: its
+      // renewals come too late and its own idea of validity is 4x too long, so its first (long)
+      // critical section outlives its lease. Healed by a restart with the real clock.
+      fault.skewed_worker = pick();
+      auto& w = workers_[static_cast<std::size_t>(*fault.skewed_worker)];
+      w->kill_and_reap();
+      w->start({"LD_PRELOAD=" + faketime_, "FAKETIME=+0 x0.25", "FAKETIME_DONT_FAKE_MONOTONIC=0",
+                "DONT_FAKE_MONOTONIC=0", "FAKETIME_TIMESTAMP_FILE="});
+      fault.heal_at += settings_.ttl * 5;
+    } else if (kind == "jump") {
+      // The wall clock of one worker steps back 30 s (as an NTP step would); CLOCK_MONOTONIC
+      // does not move. fencelock must not care (Redis FIFO tickets use the wall clock: fairness
+      // may suffer, never safety).
+      fault.jumped_worker = pick();
+      std::ofstream(clock_file(*fault.jumped_worker)) << "-30s\n";
+      fault.heal_at += settings_.ttl * 2;
     } else if (kind == "latency") {
       for (auto& p : proxies_) p->set_fault(NetworkFault::kLatency, milliseconds(100));
       fault.heal_at += settings_.ttl;
@@ -264,6 +321,12 @@ class Orchestrator {
   }
 
   void heal(const ActiveFault& fault, RunRecord& record) {
+    if (fault.skewed_worker) {
+      auto& w = workers_[static_cast<std::size_t>(*fault.skewed_worker)];
+      w->kill_and_reap();
+      w->start();
+    }
+    if (fault.jumped_worker) std::ofstream(clock_file(*fault.jumped_worker)) << "+0\n";
     if (fault.paused_worker) {
       workers_[static_cast<std::size_t>(*fault.paused_worker)]->signal(SIGCONT);
       record.pauses.push_back({*fault.paused_worker, fault.at, monotonic_now()});
@@ -294,6 +357,7 @@ class Orchestrator {
   std::string dir_;
   std::string worker_uri_;
   std::unique_ptr<SharedRegister> reg_;
+  std::string faketime_;  // libfaketime's path when clock faults are asked for
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
 };

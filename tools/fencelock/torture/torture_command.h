@@ -11,6 +11,9 @@
 //   drop       every connection to the servers is reset, and new ones refused, for 300 ms
 //   partition  a minority of the servers (the only one, if there is one) is black-holed for
 //              1.5 TTL
+//   skew       a worker restarts with its clocks (monotonic too) at a quarter of the real rate
+//              for 5 TTL, then restarts with the real clock (libfaketime)
+//   jump       a worker's wall clock steps back 30 s for 2 TTL (libfaketime; monotonic unchanged)
 // Network faults run through a FaultProxy per server on 127.0.0.1 (workers connect to it).
 #pragma once
 

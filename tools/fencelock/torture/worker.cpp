@@ -66,6 +66,7 @@ int run_worker(const WorkerArgs& args) {
   const auto key = *LockKey::make(args.key);
   const std::chrono::milliseconds ttl(args.ttl_ms), half(args.critical_ms / 2);
   std::string last_error;
+  std::uint64_t cycles = 0;
   while (!g_stop) {
     auto lease = client->acquire(key, {.ttl = ttl, .wait = std::chrono::seconds(5)});
     if (!lease.ok()) {
@@ -95,7 +96,9 @@ int run_worker(const WorkerArgs& args) {
     try {
       auto read = reg.enter(args.id, token);
       if (read.ok) {
-        std::this_thread::sleep_for(half);
+        // Every 8th critical section outlasts a renewal period (3/4 TTL): the lease must be
+        // renewed in time, which a worker with a slow clock fails to do.
+        std::this_thread::sleep_for(cycles++ % 8 == 0 ? ttl * 3 / 4 : half);
         (void)reg.write(args.id, token, read.number + 1);
         std::this_thread::sleep_for(half);
       }

@@ -1,9 +1,10 @@
 // One torture worker process (`fencelock torture-worker`, started by `fencelock torture`):
 // contends for the lock "torture" and, while holding it, increments the shared register through
 // the fence (ENTER = fenced read, WRITE = fenced write, EXIT), logging every grant and every
-// lost() signal as JSON lines to its log file. It does not stop its critical section when lost()
-// fires: it plays a holder that was paused or ignores the signal, which the fence must absorb.
-// SIGTERM ends it after the current cycle.
+// lost() signal as JSON lines to its log file. The first of every 8 critical sections lasts 3/4 TTL
+// between the read and the write, so the lease must be renewed while it is held. It does not stop its
+// critical section when lost() fires: it plays a holder that was paused or ignores the signal,
+// which the fence must absorb. SIGTERM ends it after the current cycle.
 #pragma once
 
 #include <string>
