@@ -1,0 +1,43 @@
+// The orchestrator of a torture run: starts the shared register, a FaultProxy per server when
+// network faults are asked for, and the worker processes (this program re-executed as
+// `fencelock torture-worker`), injects the faults on a schedule, stops the workers and gathers
+// the RunRecord for the checker. Used by `fencelock torture` and `fencelock demo`.
+//
+// Schedule: the first fault one TTL after the start, then one TTL after each heal, the kinds in
+// the order given, round robin; no fault starts later than 2 TTL before the end.
+//
+// Thread-safety: run_torture() blocks; call it from one thread at a time per directory.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "torture/events.h"
+
+namespace fencelock::torture {
+
+struct RunSettings {
+  int workers = 3;
+  std::chrono::milliseconds duration{30'000};
+  std::chrono::milliseconds ttl{2'000};
+  std::chrono::milliseconds critical{20};
+  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump
+  bool fenced = true;               // false: the broken variant, the register applies everything
+};
+
+// The fault kinds run_torture() knows.
+bool known_fault(const std::string& kind);
+
+// Runs the workload against `uri` with the workers' logs and the register's socket in `dir`
+// (which must exist). Calls `progress` about once a second with the fraction done. `stop` ends
+// the run early (the record then covers what ran). Throws std::invalid_argument when the faults
+// cannot be injected (network faults on a URI without servers to proxy, clock faults without
+// libfaketime) and std::runtime_error when the register cannot listen.
+RunRecord run_torture(const RunSettings& settings, const std::string& uri, const std::string& dir,
+                      const std::function<void(const RunRecord&, double)>& progress,
+                      std::stop_token stop);
+
+}  // namespace fencelock::torture
