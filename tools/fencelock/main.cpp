@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend_choice.h"
+#include "demo_command.h"
 #include "elect_command.h"
 #include "exit_codes.h"
 #include "inspect_commands.h"
@@ -177,6 +178,20 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
   return torture;
 }
 
+CLI::App* add_demo(CLI::App& app, DemoArgs& args) {
+  CLI::App* demo = app.add_subcommand("demo", "Show a paused holder being fenced off, per backend");
+  demo->footer(
+      "fencelock demo [--backend URI]...\n\n"
+      "For each backend, two workers contend for one lock; the holder is paused past its TTL\n"
+      "between its read and its write, the other takes the lock with a larger token and writes,\n"
+      "the paused one wakes, ignores lost() and writes with its stale token: the fence refuses\n"
+      "it. Without --backend: the servers of scripts/servers.sh ($FENCELOCK_REDIS_URI, ...).\n"
+      "scripts/demo.sh sets everything up and runs it.\n");
+  demo->add_option("--backend", args.backends, "A backend URI (repeatable)")->type_name("URI");
+  demo->add_flag("--json", args.json, "Also print the table as JSON on stderr");
+  return demo;
+}
+
 CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   CLI::App* worker = app.add_subcommand("torture-worker", "");
   worker->group("");  // internal: started by `fencelock torture`
@@ -209,7 +224,8 @@ int main_with_args(int argc, char** argv) {
       "fencelock elect [OPTIONS] NAME [VALUE]\n"
       "fencelock elect --observe [OPTIONS] NAME\n"
       "fencelock migrate [OPTIONS]\n"
-      "fencelock torture [OPTIONS]\n",
+      "fencelock torture [OPTIONS]\n"
+      "fencelock demo [--backend URI]...\n",
       "fencelock"};
   app.set_version_flag("--version", FENCELOCK_VERSION);
   app.require_subcommand(1);
@@ -227,6 +243,8 @@ int main_with_args(int argc, char** argv) {
   CLI::App* elect = add_elect(app, elect_args);
   TortureArgs torture_args;
   CLI::App* torture = add_torture(app, torture_args);
+  DemoArgs demo_args;
+  CLI::App* demo = add_demo(app, demo_args);
   torture::WorkerArgs worker_args;
   CLI::App* worker = add_torture_worker(app, worker_args);
 
@@ -235,7 +253,7 @@ int main_with_args(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
     const CLI::App* selected = nullptr;
-    for (const CLI::App* command : {run, status, list, migrate, elect, torture}) {
+    for (const CLI::App* command : {run, status, list, migrate, elect, torture, demo}) {
       if (command->parsed()) selected = command;
     }
     std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
@@ -249,6 +267,7 @@ int main_with_args(int argc, char** argv) {
   if (migrate->parsed()) return migrate_command(migrate_args);
   if (elect->parsed()) return elect_command(elect_args);
   if (torture->parsed()) return torture_command(torture_args);
+  if (demo->parsed()) return demo_command(demo_args);
   if (worker->parsed()) {
     worker_args.backend = choose_backend("").uri;
     return torture_worker_command(worker_args);

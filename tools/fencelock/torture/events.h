@@ -20,6 +20,13 @@ struct RegisterEvent {
   bool accepted = false;    // enter: the fenced read was admitted; write: the write was applied
   std::uint64_t value = 0;  // enter: the value read; write: the value written
   bool overlapped = false;  // enter: another worker was inside its critical section
+  std::uint64_t highest = 0;  // the fence's highest token after this operation
+  Nanos at = 0;
+};
+
+struct GrantRecord {
+  int worker = 0;
+  std::uint64_t token = 0;
   Nanos at = 0;
 };
 
@@ -50,6 +57,7 @@ struct RunRecord {
   std::vector<PauseWindow> pauses;
   std::vector<InjectedFault> faults;
   std::uint64_t grants = 0;
+  std::vector<GrantRecord> grant_log;  // every grant, in log order per worker
   Nanos started_at = 0;
   Nanos ended_at = 0;
 };

@@ -135,6 +135,7 @@ std::string SharedRegister::handle(const std::string& line, std::optional<int>& 
   } else {
     return "ERROR unknown request";
   }
+  event.highest = gate_.highest().value();
   events_.push_back(event);
   return reply;
 }

@@ -106,6 +106,13 @@ int run_worker(const WorkerArgs& args) {
     } catch (const std::exception&) {
       return 70;  // the orchestrator went away
     }
+    // A worker that was frozen past its validity wakes at the same time as the library's
+    // watchdog: give it a moment to fire lost() before looking.
+    for (int i = 0; i < 200 && !lease->is_lost() &&
+                    lease->valid_until() < std::chrono::steady_clock::now();
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (lease->is_lost()) {  // lost before the release: a real loss, not our own release
       // lost() is visible a moment before its callbacks have run.
       for (int i = 0; i < 100 && fired_at->load() == 0; ++i)

@@ -1,0 +1,177 @@
+#include "demo_command.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "exit_codes.h"
+#include "fencelock/client.h"
+#include "reporter.h"
+#include "torture/checker.h"
+#include "torture/orchestrator.h"
+
+namespace fencelock::cli {
+
+namespace {
+
+using namespace torture;
+using namespace std::chrono_literals;
+
+constexpr auto kTtl = 2000ms;
+
+void say(const std::string& line) {
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+double seconds(Nanos n) { return static_cast<double>(n) / 1e9; }
+
+struct Outcome {
+  std::string backend;
+  Report report;
+  std::optional<double> lost_delay_ms;  // the paused worker's lost() after its validity
+  bool taken_over = false;              // another worker was granted during the pause
+};
+
+// Tells what happened to the paused worker, from the run's record.
+Outcome tell(const std::string& backend, const RunRecord& record) {
+  Outcome out{backend, check(record, 25ms), std::nullopt, false};
+  if (record.pauses.empty()) {
+    say("  (no holder could be paused: the run was too short)");
+    return out;
+  }
+  const PauseWindow& pause = record.pauses.front();
+  const int p = pause.worker;
+  std::uint64_t paused_token = 0;
+  for (const auto& g : record.grant_log) {
+    if (g.worker == p && g.at <= pause.from) paused_token = g.token;
+  }
+  say(fmt::format("  worker {} holds the lock with token {}, has read the register, and is paused "
+                  "for {:.1f} s (TTL {:.1f} s)",
+                  p, paused_token, seconds(pause.to - pause.from), seconds(kTtl.count() * 1'000'000)));
+  std::optional<GrantRecord> next;
+  for (const auto& g : record.grant_log) {
+    if (g.worker != p && g.at > pause.from && g.at < pause.to && (!next || g.at < next->at)) next = g;
+  }
+  if (next) {
+    out.taken_over = true;
+    say(fmt::format("  worker {} is granted token {} {:.1f} s into the pause, and writes",
+                    next->worker, next->token, seconds(next->at - pause.from)));
+  } else {
+    say("  nobody else is granted the lock during the pause: this backend keeps a paused "
+        "holder's lock (PostgreSQL advisory locks live as long as the holder's session)");
+  }
+  for (const auto& l : record.lost) {
+    if (l.worker == p && l.token == paused_token) {
+      out.lost_delay_ms = static_cast<double>(l.fired_at - l.valid_until) / 1e6;
+      say(fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
+                      "was frozen); it ignores the signal and writes anyway",
+                      p, *out.lost_delay_ms));
+    }
+  }
+  for (const auto& e : record.register_events) {
+    if (e.worker != p || e.token != paused_token || e.at < pause.to ||
+        e.kind != RegisterEvent::kWrite) {
+      continue;
+    }
+    say(e.accepted ? std::string("  its write is accepted: no newer token was issued, so it "
+                                 "still was the holder")
+                   : fmt::format("  the fence refuses it: rejected: stale token {} < {}",
+                                 e.token, e.highest));
+    break;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> default_backends() {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](const char* env, const char* label, const std::string& suffix = "") {
+    if (const char* uri = std::getenv(env); uri != nullptr && *uri != '\0')
+      out.emplace_back(label, uri + suffix);
+  };
+  add("FENCELOCK_REDIS_URI", "redis");
+  add("FENCELOCK_REDLOCK_URI", "redlock");
+  add("FENCELOCK_PG_URI", "postgres advisory");
+  add("FENCELOCK_PG_URI", "postgres lease", "?mode=lease");
+  add("FENCELOCK_ETCD_URI", "etcd");
+  return out;
+}
+
+}  // namespace
+
+int demo_command(const DemoArgs& args) {
+  Reporter reporter(args.json);
+  std::vector<std::pair<std::string, std::string>> backends;
+  for (const auto& uri : args.backends) backends.emplace_back("", uri);
+  if (backends.empty()) backends = default_backends();
+  if (backends.empty()) {
+    return reporter.fail(kExitUsage, "usage",
+                         "no backends: pass --backend URI (repeatable), or run scripts/demo.sh, "
+                         "which starts local servers and runs this demo on all of them");
+  }
+  char templ[] = "/tmp/fencelock-demo-XXXXXX";
+  if (::mkdtemp(templ) == nullptr)
+    return reporter.fail(kExitSoftware, "internal", "cannot create a directory under /tmp");
+  const std::string root = templ;
+  RunSettings settings;
+  settings.workers = 2;
+  settings.duration = 7s;
+  settings.ttl = kTtl;
+  settings.critical = 100ms;
+  settings.faults = {"pause"};
+  std::vector<Outcome> outcomes;
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    auto client = Client::connect(backends[i].second);
+    if (!client.ok()) {
+      return reporter.fail(exit_code_for(client.code()), std::string(code_name(client.code())),
+                           fmt::format("{}: {}", backends[i].first.empty() ? "backend" : backends[i].first,
+                                       client.status().to_string()));
+    }
+    const std::string described = client->describe();
+    say(fmt::format("\n== {} ({})", backends[i].first.empty() ? described : backends[i].first,
+                    described));
+    const std::string dir = fmt::format("{}/{}", root, i);
+    std::filesystem::create_directories(dir);
+    RunRecord record;
+    try {
+      record = run_torture(settings, backends[i].second, dir, [](const RunRecord&, double) {}, {});
+    } catch (const std::exception& e) {
+      return reporter.fail(kExitSoftware, "internal", e.what());
+    }
+    outcomes.push_back(tell(described, record));
+  }
+  std::size_t width = 8;
+  for (const auto& o : outcomes) width = std::max(width, o.backend.size());
+  say(fmt::format("\n{:<{}} {:>7} {:>15} {:>9} {:>13}", "backend", width, "tokens",
+                  "stale rejected", "overlaps", "lost() delay"));
+  bool safe = true;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& o : outcomes) {
+    safe = safe && o.report.safe();
+    say(fmt::format("{:<{}} {:>7} {:>15} {:>9} {:>13}", o.backend, width, o.report.grants,
+                    o.report.writes_rejected, o.report.overlaps,
+                    o.lost_delay_ms ? fmt::format("{:.0f} ms", *o.lost_delay_ms) : "-"));
+    rows.push_back({{"backend", o.backend},
+                    {"tokens", o.report.grants},
+                    {"stale_rejected", o.report.writes_rejected},
+                    {"overlaps", o.report.overlaps},
+                    {"lost_delay_ms", o.lost_delay_ms ? nlohmann::json(*o.lost_delay_ms) : nullptr},
+                    {"taken_over", o.taken_over},
+                    {"safe", o.report.safe()}});
+  }
+  say(safe ? "\nEvery stale write was refused: no lost update, no write out of token order."
+           : "\nA SAFETY VIOLATION was found (see the rows above).");
+  if (args.json) std::fputs((json_line(rows) + "\n").c_str(), stderr);
+  return safe ? kExitOk : 1;
+}
+
+}  // namespace fencelock::cli
