@@ -16,8 +16,10 @@ fi
 [[ ${1:-} == -- ]] && shift
 seconds=${1:-60}
 
-./scripts/deps.sh
-./scripts/build.sh
+if [[ -z ${FENCELOCK_SKIP_BUILD:-} ]]; then
+  ./scripts/deps.sh
+  ./scripts/build.sh
+fi
 ./scripts/servers.sh start >/dev/null
 eval "$(./scripts/servers.sh env)"
 mkdir -p "$(dirname "$out")"
@@ -32,7 +34,7 @@ backends=(
 )
 for entry in "${backends[@]}"; do
   read -r label uri <<<"$entry"
-  for fault in pause kill latency drop partition; do
+  for fault in pause kill latency drop partition skew jump; do
     echo "reliability.sh: $label / $fault (${seconds}s)" >&2
     # Exit 1 (a safety violation) is recorded, not fatal: the table must show it.
     line=$(FENCELOCK_BACKEND="$uri" build/fencelock torture --json --workers 3 \

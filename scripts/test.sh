@@ -22,7 +22,8 @@ case ${1:-} in
   --sanitize)
     build_args=(--sanitize)
     build_dir=build-asan
-    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+    # verify_asan_link_order=0: torture workers run under LD_PRELOAD=libfaketime (clock faults).
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   *) usage ;;

@@ -46,7 +46,7 @@ void expect_safe_under_faults(const nlohmann::json& r, bool expires) {
   }
 }
 
-const std::vector<std::string> kRun = {"--duration", "20s", "--faults", kFaults};
+const std::vector<std::string> kRun = {"--duration", "24s", "--faults", kFaults};
 
 TEST(TortureCli, RedisIsSafeUnderPauseKillPartitionAndDrop) {
   auto server = RedisServer::start();
