@@ -5,6 +5,9 @@
 #   scripts/servers.sh stop     stop the servers this script started (found by their pidfiles)
 #   scripts/servers.sh status   show each server; exit 3 if any is not running
 #   scripts/servers.sh env      print export lines: eval "$(scripts/servers.sh env)"
+#   scripts/servers.sh kill PORT  crash the server listening on PORT (SIGKILL; PostgreSQL: an
+#                               immediate shutdown, which recovers from its WAL like a crash);
+#                               `start` brings it back (fencelock torture --server-control)
 #
 # Redis: independent redis-server instances on 127.0.0.1, ports FENCELOCK_REDIS_PORTS (default
 # "7101 7102 7103"), no persistence, daemonized, state (pidfile, log) in
@@ -427,9 +430,32 @@ etcd_env() {
 
 # --- dispatch ----------------------------------------------------------------------------------
 
+kill_port() {
+  local port=$1 pid="" n p
+  for p in "${REDIS_PORTS[@]}"; do
+    if [[ $p == "$port" ]] && redis_ours "$port"; then pid=$(redis_pid "$port"); fi
+  done
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do
+    if [[ $(etcd_client_port "$n") == "$port" ]] && etcd_ours "$n"; then pid=$(etcd_pid "$n"); fi
+  done
+  if [[ $port == "$PG_PORT" ]] && postgres_ours; then
+    postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null
+    echo "postgres 127.0.0.1:$port crashed (immediate shutdown)"
+    return
+  fi
+  [[ -n $pid ]] || die "no running server of ours listens on port $port"
+  kill -KILL "$pid"
+  wait_until 50 process_gone "$pid" || die "pid $pid on port $port survived SIGKILL"
+  echo "server on 127.0.0.1:$port killed (pid $pid)"
+}
+
 main() {
   local action=${1:-}
   case $action in
+    kill)
+      [[ $# -eq 2 ]] || die "usage: $0 kill PORT"
+      kill_port "$2"
+      ;;
     start | stop | env)
       local service
       for service in "${SERVICES[@]}"; do "${service}_${action}"; done
@@ -440,7 +466,7 @@ main() {
       [[ $failed -eq 0 ]] || exit 3
       ;;
     *)
-      echo "usage: $0 start|stop|status|env" >&2
+      echo "usage: $0 start|stop|status|env|kill PORT" >&2
       exit 2
       ;;
   esac

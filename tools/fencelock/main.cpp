@@ -173,6 +173,10 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       ->capture_default_str();
   torture->add_option("--work-dir", args.work_dir, "Directory for the workers' logs")
       ->type_name("DIR");
+  torture->add_option("--server-control", args.server_control,
+                      "For the fault server-kill: PROGRAM kill PORT / PROGRAM start "
+                      "(scripts/servers.sh)")
+      ->type_name("PROGRAM");
   torture->add_flag("--unsafe-no-fence", args.unsafe_no_fence,
                     "Disable the fence (shows what the checker catches without one)");
   return torture;

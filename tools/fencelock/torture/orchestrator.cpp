@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -118,6 +119,7 @@ struct ActiveFault {
   std::optional<int> paused_worker;
   std::optional<int> skewed_worker;
   std::optional<int> jumped_worker;
+  bool restart_servers = false;
 };
 
 class Orchestrator {
@@ -136,6 +138,16 @@ class Orchestrator {
       }
     }
     worker_uri_ = uri;
+    if (std::count(settings_.faults.begin(), settings_.faults.end(), "server-kill") > 0) {
+      if (settings_.server_control.empty()) {
+        throw std::invalid_argument(
+            "the fault server-kill needs --server-control PROGRAM (e.g. scripts/servers.sh for "
+            "its local servers)");
+      }
+      auto split = split_uri(uri);
+      if (!split.ok()) throw std::invalid_argument(split.status().message());
+      servers_ = split->hosts;
+    }
     if (needs_proxy(settings_.faults)) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
@@ -193,6 +205,13 @@ class Orchestrator {
   const std::string& worker_uri() const { return worker_uri_; }
 
  private:
+  // Runs `server_control ARGS` (output to the run's directory); a failure is noted there.
+  void run_control(const std::string& args) const {
+    const std::string command = fmt::format("'{}' {} >>'{}/server-control.log' 2>&1",
+                                            settings_.server_control, args, dir_);
+    (void)std::system(command.c_str());
+  }
+
   std::string log_of(int id) const { return fmt::format("{}/worker-{}.log", dir_, id); }
   std::string clock_file(int id) const { return fmt::format("{}/clock-{}", dir_, id); }
 
@@ -255,6 +274,12 @@ class Orchestrator {
       fault.jumped_worker = pick();
       std::ofstream(clock_file(*fault.jumped_worker)) << "-30s\n";
       fault.heal_at += settings_.ttl * 2;
+    } else if (kind == "server-kill") {
+      // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
+      const HostPort& victim = servers_[record.faults.size() % servers_.size()];
+      run_control(fmt::format("kill {}", victim.port));
+      fault.restart_servers = true;
+      fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
       for (auto& p : proxies_) p->set_fault(NetworkFault::kLatency, milliseconds(100));
       fault.heal_at += settings_.ttl;
@@ -278,6 +303,7 @@ class Orchestrator {
       w->start();
     }
     if (fault.jumped_worker) std::ofstream(clock_file(*fault.jumped_worker)) << "+0\n";
+    if (fault.restart_servers) run_control("start");
     if (fault.paused_worker) {
       workers_[static_cast<std::size_t>(*fault.paused_worker)]->signal(SIGCONT);
       record.pauses.push_back({*fault.paused_worker, fault.at, monotonic_now()});
@@ -313,13 +339,15 @@ class Orchestrator {
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
+  std::vector<HostPort> servers_;  // for server-kill: the servers of the URI
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
 };
 
 }  // namespace
 
 bool known_fault(const std::string& kind) {
-  for (const char* k : {"pause", "kill", "latency", "drop", "partition", "skew", "jump"})
+  for (const char* k :
+       {"pause", "kill", "latency", "drop", "partition", "skew", "jump", "server-kill"})
     if (kind == k) return true;
   return false;
 }

@@ -24,8 +24,11 @@ struct RunSettings {
   std::chrono::milliseconds duration{30'000};
   std::chrono::milliseconds ttl{2'000};
   std::chrono::milliseconds critical{20};
-  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump
+  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump, server-kill
   bool fenced = true;               // false: the broken variant, the register applies everything
+  // For the fault server-kill: a program run as `PROGRAM kill PORT` to crash the server on PORT
+  // and `PROGRAM start` to bring it back (scripts/servers.sh does both for its local servers).
+  std::string server_control;
 };
 
 // The fault kinds run_torture() knows.

@@ -46,6 +46,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
   RunSettings s;
   s.workers = args.workers;
   s.fenced = !args.unsafe_no_fence;
+  s.server_control = args.server_control;
   for (auto [name, text, out] : {std::tuple{"--duration", &args.duration, &s.duration},
                                  std::tuple{"--ttl", &args.ttl, &s.ttl},
                                  std::tuple{"--critical", &args.critical, &s.critical}}) {
@@ -65,7 +66,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
     if (!known_fault(fault)) {
       return Status(Code::kInvalidArgument,
                     fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
-                                "jump)",
+                                "jump, server-kill)",
                                 fault));
     }
     s.faults.push_back(fault);

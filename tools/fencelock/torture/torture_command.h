@@ -14,6 +14,8 @@
 //   skew       a worker restarts with its clocks (monotonic too) at a quarter of the real rate
 //              for 5 TTL, then restarts with the real clock (libfaketime)
 //   jump       a worker's wall clock steps back 30 s for 2 TTL (libfaketime; monotonic unchanged)
+//   server-kill  one server (in turn) is crashed with `--server-control PROGRAM kill PORT` and
+//              brought back one TTL later with `PROGRAM start` (scripts/servers.sh)
 // Network faults run through a FaultProxy per server on 127.0.0.1 (workers connect to it).
 #pragma once
 
@@ -33,6 +35,7 @@ struct TortureArgs {
   std::string faults = "pause,kill,latency,drop,partition";
   bool unsafe_no_fence = false;  // the broken variant: the register applies stale writes
   std::string work_dir;          // where logs go; default a fresh directory under /tmp
+  std::string server_control;    // for server-kill, e.g. scripts/servers.sh
 };
 
 int torture_command(const TortureArgs& args);
