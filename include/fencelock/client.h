@@ -16,8 +16,12 @@
 // Signals: the first connect() sets SIGPIPE to SIG_IGN if it is still SIG_DFL (as gRPC does),
 // because the Redis driver cannot stop a closed socket from raising it.
 //
+// Observability: metrics() counts what the Client did (fencelock/metrics.h); diagnostic messages
+// go to the process-wide sink of fencelock/log.h (silent by default).
+//
 // Thread-safety: a Client is safe for concurrent use from many threads. Copies share one
-// connection set and one renewal scheduler; the last copy (and the last Lease) to go closes them.
+// connection set, one renewal scheduler and one set of metrics; the last copy (and the last
+// Lease) to go closes them.
 #pragma once
 
 #include <memory>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "fencelock/lease.h"
+#include "fencelock/metrics.h"
 #include "fencelock/options.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
@@ -58,6 +63,11 @@ class Client {
 
   // The URI with any password removed, e.g. "redlock://127.0.0.1:7001,127.0.0.1:7002".
   std::string describe() const;
+
+  // Counters and latency histograms of everything this Client (and its copies and Leases) did
+  // since connect(): a copy, taken without blocking any operation. Render it with
+  // to_prometheus(client.metrics(), client.describe()).
+  MetricsSnapshot metrics() const;
 
  private:
   friend struct detail::ClientAccess;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/duration.h"
+#include "core/log_internal.h"
 
 namespace fencelock::detail {
 
@@ -23,7 +24,7 @@ ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
     : backend_(std::move(backend)),
       options_(options),
       default_metadata_(process_metadata()),
-      renewer_(*backend_) {}
+      renewer_(*backend_, &metrics_) {}
 
 Status ClientCore::validate(const AcquireOptions& options) const {
   if (options.ttl <= milliseconds(0)) {
@@ -49,6 +50,15 @@ Status ClientCore::validate(const AcquireOptions& options) const {
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire(const LockKey& key,
                                                         const AcquireOptions& options,
                                                         bool campaign) {
+  const Clock::time_point start = Clock::now();
+  auto result = acquire_unrecorded(key, options, campaign);
+  metrics_.record_acquire(result.code(), options.wait > milliseconds(0), Clock::now() - start);
+  return result;
+}
+
+Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey& key,
+                                                                   const AcquireOptions& options,
+                                                                   bool campaign) {
   if (Status st = validate(options); !st.ok()) return st;
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = Clock::now() + options.wait;
@@ -79,7 +89,15 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
 Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {
   renewer_.remove(&lease);
   lease.mark_lost();  // stop the holder's work before anyone else can be granted
-  return backend_->release(lease.key, lease.owner, deadline);
+  const Clock::time_point start = Clock::now();
+  Status status = backend_->release(lease.key, lease.owner, deadline);
+  metrics_.record_release(status.code(), Clock::now() - start);
+  if (!status.ok()) {
+    detail::log(LogLevel::kInfo,
+                "release of '{}' (token {}, owner {}) failed: {}; it expires by its TTL",
+                lease.key.str(), lease.token.value(), lease.owner.short_hex(), status.to_string());
+  }
+  return status;
 }
 
 }  // namespace fencelock::detail

@@ -1,4 +1,5 @@
-// ClientCore: the shared state behind a Client and its Leases (backend, local queue, renewer).
+// ClientCore: the shared state behind a Client and its Leases (backend, local queue, renewer,
+// metrics).
 #pragma once
 
 #include <memory>
@@ -7,6 +8,7 @@
 #include "core/backend.h"
 #include "core/lease_state.h"
 #include "core/local_queue.h"
+#include "core/metrics.h"
 #include "core/renewer.h"
 #include "fencelock/client.h"
 #include "fencelock/options.h"
@@ -18,27 +20,35 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
 
   // `campaign`: an election campaign (AcquireCall::campaign); options.metadata is the value.
+  // Every call is recorded in metrics(), whatever its outcome.
   Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options,
                                               bool campaign = false);
   // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
+  // Recorded in metrics(); a failure is logged (kInfo).
   Status release(LeaseState& lease, Clock::time_point deadline);
 
   Backend& backend() { return *backend_; }
   Renewer& renewer() { return renewer_; }
   LocalQueue& queue() { return queue_; }
   const ClientOptions& options() const { return options_; }
+  const Metrics& metrics() const { return metrics_; }
 
  private:
   Status validate(const AcquireOptions& options) const;
+  Result<std::shared_ptr<LeaseState>> acquire_unrecorded(const LockKey& key,
+                                                         const AcquireOptions& options,
+                                                         bool campaign);
   Result<std::shared_ptr<LeaseState>> acquire_as_head(const LockKey& key,
                                                       const AcquireOptions& options,
                                                       Clock::time_point deadline,
                                                       bool campaign);
 
-  // Declaration order is destruction order reversed: the renewer stops before the backend goes.
+  // Declaration order is destruction order reversed: the renewer stops before the backend and
+  // the metrics it records into go.
   std::unique_ptr<Backend> backend_;
   const ClientOptions options_;
   const std::string default_metadata_;
+  Metrics metrics_;
   LocalQueue queue_;
   Renewer renewer_;
 };

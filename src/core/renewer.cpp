@@ -1,7 +1,11 @@
 #include "core/renewer.h"
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
+
+#include "core/duration.h"
+#include "core/log_internal.h"
 
 namespace fencelock::detail {
 namespace {
@@ -11,13 +15,20 @@ milliseconds retry_delay(milliseconds ttl) {
   return std::clamp(ttl / 10, milliseconds(5), milliseconds(500));
 }
 
+// Why a lease was lost, for the warning.
+std::string_view loss_reason(const LeaseState& lease, bool rejected) {
+  if (rejected) return "its renewal was rejected (the key expired or has another owner)";
+  if (!lease.renew) return "its validity ended (renewal is off)";
+  return "no renewal was confirmed before its validity ended";
+}
+
 }  // namespace
 
 milliseconds Renewer::lost_guard(milliseconds ttl) {
   return std::clamp(ttl / 10, milliseconds(2), milliseconds(50));
 }
 
-Renewer::Renewer(Backend& backend) : backend_(backend) {
+Renewer::Renewer(Backend& backend, Metrics* metrics) : backend_(backend), metrics_(metrics) {
   renew_thread_ = std::jthread([this](std::stop_token stop) { renew_loop(stop); });
   watchdog_thread_ = std::jthread([this](std::stop_token stop) { watchdog_loop(stop); });
 }
@@ -99,34 +110,55 @@ void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
   for (const auto& lease : due) items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl});
   ++rounds_;
   lock.unlock();
+  const Clock::time_point sent_at = Clock::now();
   std::vector<RenewOutcome> outcomes = backend_.renew_all(items);
+  const Clock::duration round_time = Clock::now() - sent_at;
   lock.lock();
   now = Clock::now();
   std::vector<std::shared_ptr<LeaseState>> lost;
+  std::vector<std::shared_ptr<LeaseState>> unconfirmed;  // only filled when debug is logged
+  std::uint64_t renewed = 0;
+  std::uint64_t failed = 0;  // rejected or not confirmed
   for (std::size_t i = 0; i < due.size(); ++i) {
     auto it = entries_.find(due[i].get());
     if (it == entries_.end()) continue;  // released meanwhile
     LeaseState& lease = *due[i];
     const RenewOutcome& outcome = outcomes[i];
     if (outcome.kind == RenewOutcome::kRenewed && !lease.lost_source.stop_requested()) {
+      ++renewed;
       lease.set_valid_until(outcome.valid_until);
       Clock::time_point sent = outcome.valid_until - lease.ttl;
       it->second.next_renew = std::max(sent + lease.ttl / 3, now);
     } else if (outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested()) {
+      ++failed;
       lost.push_back(due[i]);
       entries_.erase(it);
     } else {
+      ++failed;
       it->second.next_renew = now + retry_delay(lease.ttl);
+      if (log_enabled(LogLevel::kDebug)) unconfirmed.push_back(due[i]);
     }
   }
-  fire_unlocked(lock, lost);
+  if (metrics_ != nullptr) metrics_->record_renew_round(round_time, renewed, failed);
+  report_unlocked(lock, unconfirmed, lost, /*rejected=*/true);
 }
 
-void Renewer::fire_unlocked(std::unique_lock<std::mutex>& lock,
-                            const std::vector<std::shared_ptr<LeaseState>>& lost) {
-  if (lost.empty()) return;
-  lock.unlock();  // lost() callbacks are user code: never run them under mu_
-  for (const auto& lease : lost) lease->mark_lost();
+void Renewer::report_unlocked(std::unique_lock<std::mutex>& lock,
+                              const std::vector<std::shared_ptr<LeaseState>>& unconfirmed,
+                              const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
+  if (unconfirmed.empty() && lost.empty()) return;
+  lock.unlock();  // log sinks and lost() callbacks are user code: never run them under mu_
+  for (const auto& lease : unconfirmed) {
+    detail::log(LogLevel::kDebug, "renewal of '{}' (token {}) not confirmed; retrying in {}",
+                lease->key.str(), lease->token.value(), format_duration(retry_delay(lease->ttl)));
+  }
+  for (const auto& lease : lost) {
+    if (lease->lost_source.stop_requested()) continue;  // already released: not a loss
+    if (metrics_ != nullptr) metrics_->record_loss();   // before lost(), so that observers see it
+    lease->mark_lost();
+    detail::log(LogLevel::kWarning, "lease on '{}' lost (token {}, owner {}): {}", lease->key.str(),
+                lease->token.value(), lease->owner.short_hex(), loss_reason(*lease, rejected));
+  }
   lock.lock();
 }
 
@@ -148,7 +180,7 @@ void Renewer::watchdog_loop(std::stop_token stop) {
       ++it;
     }
     if (!lost.empty()) {
-      fire_unlocked(lock, lost);
+      report_unlocked(lock, {}, lost, /*rejected=*/false);
       continue;
     }
     std::uint64_t seen = watchdog_version_;

@@ -8,6 +8,10 @@
 //    end, so that a renewal stuck on a dead server can never delay the signal.
 // A renewal the backend rejects (key gone or taken over) fires lost() at once.
 //
+// Observability: each round's duration and per-lease outcome, and each loss, are recorded in the
+// Metrics given to the constructor (if any). A loss is logged as a warning, a renewal that is not
+// confirmed as debug (core/log_internal.h); the sink runs outside mu_.
+//
 // Thread-safety: add/remove may be called from any thread.
 #pragma once
 
@@ -20,12 +24,14 @@
 
 #include "core/backend.h"
 #include "core/lease_state.h"
+#include "core/metrics.h"
 
 namespace fencelock::detail {
 
 class Renewer {
  public:
-  explicit Renewer(Backend& backend);
+  // `metrics`: where rounds and losses are recorded; nullptr records nothing. Must outlive this.
+  explicit Renewer(Backend& backend, Metrics* metrics = nullptr);
   ~Renewer();  // stops both threads; leases still registered are neither renewed nor signalled
 
   Renewer(const Renewer&) = delete;
@@ -56,10 +62,14 @@ class Renewer {
   void renew_loop(std::stop_token stop);
   void watchdog_loop(std::stop_token stop);
   void run_round(std::unique_lock<std::mutex>& lock);
-  void fire_unlocked(std::unique_lock<std::mutex>& lock,
-                     const std::vector<std::shared_ptr<LeaseState>>& lost);
+  // Logs the leases whose renewal was not confirmed and fires lost() on `lost` (`rejected`: their
+  // renewal was rejected, otherwise their validity ran out), with mu_ released meanwhile.
+  void report_unlocked(std::unique_lock<std::mutex>& lock,
+                       const std::vector<std::shared_ptr<LeaseState>>& unconfirmed,
+                       const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected);
 
   Backend& backend_;
+  Metrics* const metrics_;
   mutable std::mutex mu_;
   std::condition_variable_any renew_cv_;
   std::condition_variable_any watchdog_cv_;

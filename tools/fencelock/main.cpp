@@ -79,6 +79,9 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
                   "After a lost lease, time between SIGTERM and SIGKILL to CMD")
       ->type_name("DUR")
       ->capture_default_str();
+  run->add_option("--metrics", args.metrics_file,
+                  "When run exits, write the client's metrics to FILE (Prometheus text format)")
+      ->type_name("FILE");
   run->add_option("KEY", args.key, "Lock name (1..512 bytes)")->required();
   run->add_option("CMD", args.command, "Command and its arguments, after '--'");
   return run;

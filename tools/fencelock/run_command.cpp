@@ -1,12 +1,14 @@
 #include "run_command.h"
 
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -21,6 +23,7 @@
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
+#include "fencelock/metrics.h"
 #include "reporter.h"
 #include "signals.h"
 #include "supervisor.h"
@@ -78,6 +81,65 @@ std::vector<std::string> command_environment(const Lease& lease, const std::stri
   return env;
 }
 
+// --metrics FILE is written in place when it exists and is not a regular file (/dev/stdout, a
+// FIFO); otherwise into FILE.tmp, then renamed over FILE, so that a reader such as
+// node_exporter's textfile collector never sees half of it.
+bool metrics_written_in_place(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+// Whether --metrics FILE can be written, checked before connecting (usage error if not).
+Status check_metrics_path(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("--metrics: '{}' is a directory; name a file", path));
+  }
+  std::string dir = ".";
+  if (auto slash = path.rfind('/'); slash != std::string::npos) dir = path.substr(0, slash + 1);
+  const std::string& needs_write = metrics_written_in_place(path) ? path : dir;
+  if (::access(needs_write.c_str(), W_OK) != 0) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("--metrics: cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+// Writes `text` to `path` (see metrics_written_in_place). Returns an error message, "" on success.
+std::string write_metrics_file(const std::string& path, std::string_view text) {
+  const bool in_place = metrics_written_in_place(path);
+  const std::string target = in_place ? path : path + ".tmp";
+  std::FILE* file = std::fopen(target.c_str(), "we");
+  if (file == nullptr) return std::strerror(errno);
+  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  int error = errno;
+  if (std::fclose(file) != 0 && ok) {
+    ok = false;
+    error = errno;
+  }
+  if (ok && !in_place && ::rename(target.c_str(), path.c_str()) != 0) {
+    ok = false;
+    error = errno;
+  }
+  if (ok) return "";
+  if (!in_place) ::unlink(target.c_str());
+  return std::strerror(error);
+}
+
+// Writes the client's metrics for --metrics. A failure is a warning: the exit code stays the
+// command's (the lock is already released).
+void write_metrics(const std::string& path, const Client& client, const Reporter& reporter) {
+  std::string error = write_metrics_file(path, to_prometheus(client.metrics(), client.describe()));
+  if (error.empty()) return;
+  std::string message = fmt::format("warning: cannot write metrics to '{}': {}", path, error);
+  if (reporter.json()) {
+    std::fputs((json_line({{"warning", "metrics"}, {"message", message}}) + "\n").c_str(), stderr);
+  } else {
+    reporter.note(message);
+  }
+}
+
 // Checks every argument before any connection is made, so usage errors never need a backend.
 Result<RunSettings> parse_settings(const RunArgs& args) {
   auto key = LockKey::make(args.key);
@@ -96,6 +158,9 @@ Result<RunSettings> parse_settings(const RunArgs& args) {
   if (args.command.empty() || args.command.front().empty()) {
     return Status(Code::kInvalidArgument,
                   "missing command: use fencelock run [OPTIONS] KEY -- CMD [ARGS...]");
+  }
+  if (!args.metrics_file.empty()) {
+    if (Status st = check_metrics_path(args.metrics_file); !st.ok()) return st;
   }
   RunSettings settings{std::move(key).value(), AcquireOptions{}, *grace};
   settings.acquire.ttl = *ttl;
@@ -195,24 +260,11 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
   return code;
 }
 
-}  // namespace
-
-int run_command(const RunArgs& args) {
-  Reporter reporter(args.json);
-  nlohmann::json fields = {{"key", args.key}};
-  auto settings = parse_settings(args);
-  if (!settings.ok()) {
-    return reporter.fail(kExitUsage, "usage",
-                         settings.status().message() + "; see 'fencelock run --help'", fields);
-  }
-  BackendChoice backend = choose_backend(args.backend);
-
-  // Before Client::connect() starts the library's threads (SignalChannel's contract).
-  auto signals = SignalChannel::open();
-  if (!signals.ok()) {
-    return reporter.fail(kExitSoftware, "internal", signals.status().to_string(), fields);
-  }
-  Acquisition got = connect_and_acquire(backend.uri, settings->key, settings->acquire, *signals);
+// Everything after connect_and_acquire(): reports a failed connection or acquisition, or runs the
+// command under the lease. Returns the exit code of fencelock run.
+int supervise_or_report(const RunArgs& args, const RunSettings& settings,
+                        const BackendChoice& backend, Acquisition& got, SignalChannel& signals,
+                        const Reporter& reporter, const nlohmann::json& fields) {
   if (got.interrupted_by != 0) {
     if (got.lease && got.lease->ok()) {
       Status released = got.lease->value().release();
@@ -233,13 +285,39 @@ int run_command(const RunArgs& args) {
   if (!got.lease->ok()) {
     const Status status = got.lease->status();
     std::string message = status.code() == Code::kLocked
-                              ? not_acquired_message(status, settings->acquire.wait)
+                              ? not_acquired_message(status, settings.acquire.wait)
                               : explain_failure(status, backend) + "; the command was not run";
     return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())),
                          message, fields);
   }
-  return supervise_under_lease(args, *settings, got.lease->value(), got.client->value().describe(),
-                               *signals, reporter);
+  return supervise_under_lease(args, settings, got.lease->value(), got.client->value().describe(),
+                               signals, reporter);
+}
+
+}  // namespace
+
+int run_command(const RunArgs& args) {
+  Reporter reporter(args.json);
+  nlohmann::json fields = {{"key", args.key}};
+  auto settings = parse_settings(args);
+  if (!settings.ok()) {
+    return reporter.fail(kExitUsage, "usage",
+                         settings.status().message() + "; see 'fencelock run --help'", fields);
+  }
+  BackendChoice backend = choose_backend(args.backend);
+
+  // Before Client::connect() starts the library's threads (SignalChannel's contract).
+  auto signals = SignalChannel::open();
+  if (!signals.ok()) {
+    return reporter.fail(kExitSoftware, "internal", signals.status().to_string(), fields);
+  }
+  Acquisition got = connect_and_acquire(backend.uri, settings->key, settings->acquire, *signals);
+  const int code = supervise_or_report(args, *settings, backend, got, *signals, reporter, fields);
+  // The command has exited and the lease is released (or lost): the metrics count both.
+  if (!args.metrics_file.empty() && got.client && got.client->ok()) {
+    write_metrics(args.metrics_file, got.client->value(), reporter);
+  }
+  return code;
 }
 
 }  // namespace fencelock::cli

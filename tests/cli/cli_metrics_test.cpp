@@ -1,0 +1,109 @@
+// `fencelock run --metrics FILE` against a real redis-server: the client's metrics are written in
+// Prometheus text format when `run` exits, on every exit after the client connected (the command
+// ran, or the lock was held), and never with a password in them.
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+#include "fencelock/client.h"
+
+namespace fencelock::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The value of the sample `name{backend="..."}` in `text` (one line), or -1 if absent.
+long sample_value(const std::string& text, const std::string& name) {
+  const std::regex line("(^|\n)" + name + R"(\{backend="[^"\n]*"\} ([0-9]+)\n)");
+  std::smatch m;
+  if (!std::regex_search(text, m, line)) return -1;
+  return std::stol(m[2]);
+}
+
+class CliMetrics : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = RedisServer::start();
+    dir_ = make_temp_dir("fencelock-cli-metrics-");
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::unique_ptr<RedisServer> server_;
+  std::string dir_;
+};
+
+TEST_F(CliMetrics, RunWritesOneGrantAndOneReleaseWhenTheCommandExits) {
+  const std::string file = path("fencelock.prom");
+  auto r =
+      run_cli({"run", "--metrics", file, "--backend", server_->uri(), "metrics/key", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  ASSERT_TRUE(file_exists(file)) << r.stderr_text;
+  const std::string text = read_file(file);
+  EXPECT_EQ(sample_value(text, "fencelock_grants_total"), 1) << text;
+  EXPECT_EQ(sample_value(text, "fencelock_releases_total"), 1) << text;
+  EXPECT_EQ(sample_value(text, "fencelock_acquire_duration_seconds_count"), 1) << text;
+  EXPECT_THAT(text, HasSubstr("# TYPE fencelock_grants_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("backend=\"" + server_->uri() + "\""));
+  EXPECT_FALSE(file_exists(file + ".tmp")) << "the temporary file was left behind";
+}
+
+TEST_F(CliMetrics, RunWritesContentionWhenTheLockIsHeldAndTheCommandDoesNotRun) {
+  auto holder = Client::connect(server_->uri());
+  ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  auto held = holder->acquire(*LockKey::make("metrics/held"));
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+
+  const std::string file = path("held.prom");
+  auto r = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "--wait", "50ms",
+                    "metrics/held", "--", "touch", path("ran")});
+  EXPECT_EQ(r.exit_code, 75) << r.stderr_text;
+  EXPECT_FALSE(file_exists(path("ran")));
+  const std::string text = read_file(file);
+  EXPECT_EQ(sample_value(text, "fencelock_grants_total"), 0) << text;
+  EXPECT_EQ(sample_value(text, "fencelock_contended_total"), 1) << text;
+  EXPECT_EQ(sample_value(text, "fencelock_timeouts_total"), 1) << text;
+}
+
+TEST_F(CliMetrics, RunKeepsTheCommandsExitCodeAndTheFileHasNoPassword) {
+  auto secured = RedisServer::start(RedisServerOptions{.password = "metrics-secret"});
+  const std::string file = path("secured.prom");
+  auto r = run_cli({"run", "--metrics", file, "--backend", secured->uri_with_credentials(),
+                    "metrics/key", "--", "sh", "-c", "exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.stderr_text;
+  const std::string text = read_file(file);
+  EXPECT_EQ(sample_value(text, "fencelock_grants_total"), 1) << text;
+  EXPECT_THAT(text, Not(HasSubstr("metrics-secret")));
+}
+
+TEST_F(CliMetrics, AnUnwritableMetricsPathIsAUsageErrorBeforeConnecting) {
+  for (const std::string& file : {path("no-such-dir/fencelock.prom"), dir_}) {
+    auto r = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "metrics/key", "--",
+                      "touch", path("ran")});
+    EXPECT_EQ(r.exit_code, 64) << file << ": " << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr("--metrics")) << file;
+    EXPECT_FALSE(file_exists(path("ran"))) << file;
+    EXPECT_TRUE(held_lock_keys(*server_).empty()) << file << ": acquired despite the usage error";
+  }
+}
+
+TEST_F(CliMetrics, NoFileWhenTheBackendCannotBeReached) {
+  std::string gone_uri;
+  {
+    auto gone = RedisServer::start();
+    gone_uri = gone->uri();
+  }  // stopped: nothing listens on its port any more
+  const std::string file = path("unreachable.prom");
+  auto r = run_cli({"run", "--metrics", file, "--backend", gone_uri, "metrics/key", "--", "true"});
+  EXPECT_EQ(r.exit_code, 69) << r.stderr_text;
+  EXPECT_FALSE(file_exists(file));
+}
+
+}  // namespace
+}  // namespace fencelock::testing
