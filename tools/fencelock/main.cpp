@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend_choice.h"
+#include "bench_command.h"
 #include "demo_command.h"
 #include "elect_command.h"
 #include "exit_codes.h"
@@ -199,6 +200,31 @@ CLI::App* add_demo(CLI::App& app, DemoArgs& args) {
   return demo;
 }
 
+CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
+  CLI::App* bench = app.add_subcommand("bench", "Measure fencelock next to the bare driver");
+  bench->footer(
+      "fencelock bench [OPTIONS] --scenario NAME\n\n"
+      "Scenarios: uncontended (and baseline: the same, the bare driver always runs interleaved),\n"
+      "contended, throughput (per --lockers value), held (per --leases value). Human lines on\n"
+      "stdout; --json: one JSON object per result. See docs/BENCHMARKS.md.\n");
+  add_backend_options(bench, args.backend, args.json);
+  bench->add_option("--scenario", args.scenario, "uncontended, baseline, contended, throughput, held")
+      ->capture_default_str();
+  bench->add_option("--seconds", args.seconds, "Length of each measurement")->capture_default_str();
+  bench->add_option("--workers", args.workers, "contended: Clients on one key")->capture_default_str();
+  bench->add_option("--critical", args.critical, "contended: critical section")
+      ->type_name("DUR")
+      ->capture_default_str();
+  bench->add_option("--lockers", args.lockers, "throughput: concurrent lockers, a list")
+      ->type_name("LIST")
+      ->capture_default_str();
+  bench->add_option("--leases", args.leases, "held: leases held, a list")
+      ->type_name("LIST")
+      ->capture_default_str();
+  bench->add_option("--ttl", args.ttl, "held: lease TTL")->type_name("DUR")->capture_default_str();
+  return bench;
+}
+
 CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   CLI::App* worker = app.add_subcommand("torture-worker", "");
   worker->group("");  // internal: started by `fencelock torture`
@@ -232,7 +258,8 @@ int main_with_args(int argc, char** argv) {
       "fencelock elect --observe [OPTIONS] NAME\n"
       "fencelock migrate [OPTIONS]\n"
       "fencelock torture [OPTIONS]\n"
-      "fencelock demo [--backend URI]...\n",
+      "fencelock demo [--backend URI]...\n"
+      "fencelock bench [OPTIONS] --scenario NAME\n",
       "fencelock"};
   app.set_version_flag("--version", FENCELOCK_VERSION);
   app.require_subcommand(1);
@@ -250,6 +277,8 @@ int main_with_args(int argc, char** argv) {
   CLI::App* elect = add_elect(app, elect_args);
   TortureArgs torture_args;
   CLI::App* torture = add_torture(app, torture_args);
+  BenchArgs bench_args;
+  CLI::App* bench = add_bench(app, bench_args);
   DemoArgs demo_args;
   CLI::App* demo = add_demo(app, demo_args);
   torture::WorkerArgs worker_args;
@@ -260,7 +289,7 @@ int main_with_args(int argc, char** argv) {
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
     const CLI::App* selected = nullptr;
-    for (const CLI::App* command : {run, status, list, migrate, elect, torture, demo}) {
+    for (const CLI::App* command : {run, status, list, migrate, elect, torture, demo, bench}) {
       if (command->parsed()) selected = command;
     }
     std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
@@ -275,6 +304,7 @@ int main_with_args(int argc, char** argv) {
   if (elect->parsed()) return elect_command(elect_args);
   if (torture->parsed()) return torture_command(torture_args);
   if (demo->parsed()) return demo_command(demo_args);
+  if (bench->parsed()) return bench_command(bench_args);
   if (worker->parsed()) {
     worker_args.backend = choose_backend("").uri;
     return torture_worker_command(worker_args);

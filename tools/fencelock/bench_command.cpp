@@ -1,0 +1,136 @@
+#include "bench_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backend_choice.h"
+#include "duration_option.h"
+#include "exit_codes.h"
+#include "fencelock/client.h"
+#include "held.h"
+#include "reporter.h"
+#include "scenarios.h"
+
+#ifndef FENCELOCK_VERSION
+#define FENCELOCK_VERSION "0.1.0"
+#endif
+
+namespace fencelock::cli {
+
+namespace {
+
+Result<std::vector<int>> int_list(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      std::size_t used = 0;
+      int value = std::stoi(item, &used);
+      if (used != item.size() || value < 1) throw std::invalid_argument(item);
+      out.push_back(value);
+    } catch (const std::exception&) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("{}: '{}' is not a list of positive numbers (e.g. 1,4,16)",
+                                option, text));
+    }
+  }
+  if (out.empty()) return Status(Code::kInvalidArgument, option + " needs at least one number");
+  return out;
+}
+
+// A short label for result lines: the scheme, plus the mode for PostgreSQL.
+std::string label_of(const std::string& uri) {
+  std::string scheme = uri.substr(0, uri.find("://"));
+  if (scheme == "postgresql") scheme = "postgres";
+  if (scheme == "postgres") return uri.find("mode=lease") != std::string::npos ? "pg_lease" : "pg_advis";
+  return scheme;
+}
+
+}  // namespace
+
+int bench_command(const BenchArgs& args) {
+  Reporter reporter(args.json);
+  const std::vector<std::string> scenarios = {"uncontended", "baseline", "contended", "throughput",
+                                              "held"};
+  if (std::find(scenarios.begin(), scenarios.end(), args.scenario) == scenarios.end()) {
+    return reporter.fail(kExitUsage, "usage",
+                         fmt::format("unknown scenario '{}' (uncontended, baseline, contended, "
+                                     "throughput, held)",
+                                     args.scenario));
+  }
+  auto critical = parse_duration_option("--critical", args.critical);
+  auto ttl = parse_duration_option("--ttl", args.ttl);
+  auto lockers = int_list("--lockers", args.lockers);
+  auto leases = int_list("--leases", args.leases);
+  for (const Status& st : {critical.status(), ttl.status(), lockers.status(), leases.status()}) {
+    if (!st.ok()) return reporter.fail(kExitUsage, "usage", st.message());
+  }
+  if (args.seconds < 1 || args.workers < 1) {
+    return reporter.fail(kExitUsage, "usage", "--seconds and --workers must be at least 1");
+  }
+  BackendChoice backend = choose_backend(args.backend);
+  auto probe = Client::connect(backend.uri);
+  if (!probe.ok()) {
+    return reporter.fail(exit_code_for(probe.code()), std::string(code_name(probe.code())),
+                         explain_connect_failure(probe.status(), backend));
+  }
+  const std::string label = label_of(backend.uri);
+  const nlohmann::json machine = {{"cores", std::thread::hardware_concurrency()},
+                                  {"version", FENCELOCK_VERSION}};
+  std::vector<nlohmann::json> results;
+  const std::chrono::seconds duration(args.seconds);
+  try {
+    if (args.scenario == "uncontended" || args.scenario == "baseline") {
+      results.push_back(bench::run_uncontended({.label = label, .uri = backend.uri, .duration = duration}));
+    } else if (args.scenario == "contended") {
+      // The target needs the uncontended cycle of the same run: one short measurement first.
+      auto u = bench::run_uncontended(
+          {.label = label, .uri = backend.uri, .duration = std::chrono::seconds(1)});
+      results.push_back(bench::run_contended(
+          {.label = label,
+           .uri = backend.uri,
+           .workers = args.workers,
+           .critical_section = std::chrono::duration_cast<std::chrono::microseconds>(*critical),
+           .duration = duration,
+           .uncontended_cycle_us = u["fencelock"]["latency"]["mean_us"].get<double>()}));
+    } else if (args.scenario == "throughput") {
+      auto u = bench::run_uncontended(
+          {.label = label, .uri = backend.uri, .duration = std::chrono::seconds(1)});
+      for (int c : *lockers) {
+        std::fprintf(stderr, "bench: throughput with %d lockers\n", c);
+        results.push_back(bench::run_throughput(
+            {.label = label,
+             .uri = backend.uri,
+             .lockers = c,
+             .duration = duration,
+             .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
+      }
+    } else {
+      for (int n : *leases) {
+        std::fprintf(stderr, "bench: holding %d leases\n", n);
+        results.push_back(bench::run_held(
+            {.label = label, .uri = backend.uri, .leases = n, .ttl = *ttl, .duration = duration}));
+      }
+    }
+  } catch (const std::exception& e) {
+    return reporter.fail(kExitUnavailable, "unavailable", e.what());
+  }
+  if (args.json) {
+    for (auto& r : results) {
+      r["machine"] = machine;
+      std::fputs((json_line(r) + "\n").c_str(), stdout);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace fencelock::cli
