@@ -88,6 +88,18 @@ int bench_command(const BenchArgs& args) {
                                   {"version", FENCELOCK_VERSION}};
   std::vector<nlohmann::json> results;
   const std::chrono::seconds duration(args.seconds);
+  // The scenarios print human rows on stdout; with --json stdout carries only the JSON lines,
+  // so the rows go to stderr meanwhile.
+  std::fflush(stdout);
+  const int saved_stdout = args.json ? ::dup(STDOUT_FILENO) : -1;
+  if (saved_stdout >= 0) ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  auto restore_stdout = [&] {
+    std::fflush(stdout);
+    if (saved_stdout >= 0) {
+      ::dup2(saved_stdout, STDOUT_FILENO);
+      ::close(saved_stdout);
+    }
+  };
   try {
     if (args.scenario == "uncontended" || args.scenario == "baseline") {
       results.push_back(bench::run_uncontended({.label = label, .uri = backend.uri, .duration = duration}));
@@ -122,8 +134,10 @@ int bench_command(const BenchArgs& args) {
       }
     }
   } catch (const std::exception& e) {
+    restore_stdout();
     return reporter.fail(kExitUnavailable, "unavailable", e.what());
   }
+  restore_stdout();
   if (args.json) {
     for (auto& r : results) {
       r["machine"] = machine;
