@@ -7,32 +7,41 @@
 # Raw results: docs/benchmarks/plots.jsonl.
 #
 #   scripts/plots.sh [SECONDS_PER_POINT (default 5)]
+#   scripts/plots.sh --plot-only     redraw from docs/benchmarks/plots.jsonl without measuring
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+plot_only=""
+if [[ ${1:-} == --plot-only ]]; then
+  plot_only=1
+  shift
+fi
 seconds=${1:-5}
 out=docs/benchmarks
 if ! command -v gnuplot >/dev/null || ! command -v jq >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox jq >/dev/null
 fi
-if [[ -z ${FENCELOCK_SKIP_BUILD:-} ]]; then
-  ./scripts/deps.sh
-  ./scripts/build.sh
+if [[ -z $plot_only ]]; then
+  if [[ -z ${FENCELOCK_SKIP_BUILD:-} ]]; then
+    ./scripts/deps.sh
+    ./scripts/build.sh
+  fi
+  ./scripts/servers.sh start >/dev/null
+  eval "$(./scripts/servers.sh env)"
+  mkdir -p "$out"
+  : >"$out/plots.jsonl"
 fi
-./scripts/servers.sh start >/dev/null
-eval "$(./scripts/servers.sh env)"
-mkdir -p "$out"
-: >"$out/plots.jsonl"
 
 backends=(
-  "redis $FENCELOCK_REDIS_URI"
-  "redlock $FENCELOCK_REDLOCK_URI"
-  "pg_advisory $FENCELOCK_PG_URI"
-  "pg_lease $FENCELOCK_PG_URI?mode=lease"
-  "etcd $FENCELOCK_ETCD_URI"
+  "redis ${FENCELOCK_REDIS_URI:-}"
+  "redlock ${FENCELOCK_REDLOCK_URI:-}"
+  "pg_advisory ${FENCELOCK_PG_URI:-}"
+  "pg_lease ${FENCELOCK_PG_URI:-}?mode=lease"
+  "etcd ${FENCELOCK_ETCD_URI:-}"
 )
 for entry in "${backends[@]}"; do
+  [[ -z $plot_only ]] || break
   read -r label uri <<<"$entry"
   echo "plots.sh: $label" >&2
   # A failed point (e.g. PostgreSQL's lock table full) is reported and skipped, not fatal.
@@ -65,7 +74,7 @@ plot_lines() {  # $1 file prefix, $2 column
 }
 
 gnuplot <<GNUPLOT
-set terminal svg size 720,420 font "sans,11"
+set terminal svg size 720,420 font "sans,11" noenhanced
 set output "$out/throughput.svg"
 set title "Acquire+release cycles/s vs concurrent lockers (distinct keys, one Client)"
 set xlabel "concurrent lockers"
