@@ -64,6 +64,16 @@ bool lease_not_found(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::NOT_FOUND;
 }
 
+// Adds "create_revision(key) == revision" to the Txn's conditions (0: the key does not exist).
+void compare_create_revision(pb::TxnRequest& request, const std::string& key,
+                             std::int64_t revision) {
+  pb::Compare* compare = request.add_compare();
+  compare->set_key(key);
+  compare->set_target(pb::Compare::CREATE);
+  compare->set_result(pb::Compare::EQUAL);
+  compare->set_create_revision(revision);
+}
+
 const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_view name) {
   for (const auto& kv : page.kvs()) {
     if (lock_name_of(kv.key()) == name) return &kv;
@@ -221,11 +231,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     auto name = lock_name_of(own);
     if (!name) return Status(Code::kInvalidArgument, "not a lock key of this backend: " + own);
     pb::TxnRequest request;
-    pb::Compare* holds = request.add_compare();
-    holds->set_key(own);
-    holds->set_target(pb::Compare::CREATE);
-    holds->set_result(pb::Compare::EQUAL);
-    holds->set_create_revision(static_cast<std::int64_t>(token.value()));
+    compare_create_revision(request, own, static_cast<std::int64_t>(token.value()));
     pb::PutRequest* put = request.add_success()->mutable_request_put();
     put->set_key(std::string(key));
     put->set_value(std::string(value));
@@ -265,11 +271,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       held = it->second;
     }
     pb::TxnRequest request;
-    pb::Compare* same = request.add_compare();
-    same->set_key(held.key);
-    same->set_target(pb::Compare::CREATE);
-    same->set_result(pb::Compare::EQUAL);
-    same->set_create_revision(held.revision);
+    compare_create_revision(request, held.key, held.revision);
     pb::PutRequest* put = request.add_success()->mutable_request_put();
     put->set_key(held.key);
     put->set_value(std::string(value));
@@ -424,11 +426,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   Status delete_own_key(const Held& held, Clock::time_point deadline) {
     if (held.revision == 0) return Status::Ok();
     pb::TxnRequest request;
-    pb::Compare* same = request.add_compare();
-    same->set_key(held.key);
-    same->set_target(pb::Compare::CREATE);
-    same->set_result(pb::Compare::EQUAL);
-    same->set_create_revision(held.revision);
+    compare_create_revision(request, held.key, held.revision);
     request.add_success()->mutable_request_delete_range()->set_key(held.key);
     pb::TxnResponse response;
     grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
@@ -483,11 +481,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   grpc::Status create_own_key(const AcquireCall& call, Held& held, std::int64_t* holder_revision) {
     for (int attempt = 0;; ++attempt) {
       pb::TxnRequest request;
-      pb::Compare* absent = request.add_compare();
-      absent->set_key(held.key);
-      absent->set_target(pb::Compare::CREATE);
-      absent->set_result(pb::Compare::EQUAL);
-      absent->set_create_revision(0);
+      compare_create_revision(request, held.key, 0);  // the own key does not exist
       pb::PutRequest* put = request.add_success()->mutable_request_put();
       put->set_key(held.key);
       put->set_value(call.campaign ? call.metadata

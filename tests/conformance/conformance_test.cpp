@@ -15,23 +15,13 @@
 #include "conformance/harness.h"
 #include "core/client_core.h"
 #include "fencelock/client.h"
+#include "support/process.h"
 
 namespace fencelock::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Waits (bounded) for a condition observed from outside, e.g. on the server.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
 
 // Records when a lease's lost() fired, and lets a test wait for it.
 class LostProbe {

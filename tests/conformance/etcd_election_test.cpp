@@ -26,14 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 15s) {
-  for (auto until = Clock::now() + limit; Clock::now() < until; std::this_thread::sleep_for(20ms)) {
-    if (pred()) return true;
-  }
-  return pred();
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;

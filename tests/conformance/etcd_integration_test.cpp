@@ -40,14 +40,6 @@ int keys_in(const std::string& listing) {
   return static_cast<int>(std::count(listing.begin(), listing.end(), '/'));
 }
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit) {
-  for (auto until = Clock::now() + limit; Clock::now() < until; std::this_thread::sleep_for(20ms)) {
-    if (pred()) return true;
-  }
-  return pred();
-}
-
 // The key layout (src/etcd/etcd_keys.h) needs no server: a key belongs to lock NAME exactly when
 // it is NAME/<1..16 lowercase hex digits>, so nested lock names never collide.
 TEST(EtcdKeyLayout, AKeyBelongsToTheLockBeforeItsLastSlashWhenHexFollows) {

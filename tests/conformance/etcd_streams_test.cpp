@@ -33,16 +33,6 @@ using Clock = std::chrono::steady_clock;
 using WatchResult = EtcdConnection::WatchResult;
 namespace pb = etcdserverpb;
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
-
 class EtcdStreams : public ::testing::Test {
  protected:
   void SetUp() override {

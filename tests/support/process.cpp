@@ -513,4 +513,13 @@ std::string file_tail(const std::string& path, int lines) {
   return out.empty() ? "(log empty or missing)\n" : out;
 }
 
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit,
+                std::chrono::milliseconds step) {
+  for (auto until = std::chrono::steady_clock::now() + limit;
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(step)) {
+    if (condition()) return true;
+  }
+  return condition();
+}
+
 }  // namespace fencelock::testing

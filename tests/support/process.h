@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -92,6 +93,12 @@ struct RunResult {
   std::string stderr_text;
   bool timed_out = false;
 };
+
+// Checks `condition` every `step` until it holds (true) or `limit` passes (false; the condition
+// is checked once more at the end). Tests wait for events with this, never a bare sleep.
+bool eventually(const std::function<bool()>& condition,
+                std::chrono::milliseconds limit = std::chrono::seconds(15),
+                std::chrono::milliseconds step = std::chrono::milliseconds(2));
 
 // Runs argv to completion with `stdin_text` on its stdin, capturing stdout and stderr. The child
 // and its process group are killed with SIGKILL after `timeout`. After the child exits, output

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "unit/printers.h"
+#include "support/process.h"
 
 namespace fencelock::detail {
 namespace {
@@ -27,18 +28,7 @@ constexpr auto kEventBound = 10s;
 // Deadlines a passing test never reaches; bounded so that a failing test ends instead of hanging.
 Clock::time_point far_future() { return Clock::now() + 30s; }
 
-// Bounded wait for a condition that LocalQueue exposes no notification for (waiting()). It polls
-// with a short back-off and gives up after `bound`: the outcome is asserted, never assumed.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds bound =
-                               std::chrono::duration_cast<std::chrono::milliseconds>(kEventBound)) {
-  const Clock::time_point until = Clock::now() + bound;
-  while (!pred()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::eventually;
 
 TEST(LocalQueue, EmptyLineAdmitsAtOnceEvenWithAPastDeadline) {
   LocalQueue queue;

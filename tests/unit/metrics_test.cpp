@@ -21,6 +21,7 @@
 #include "core/metrics.h"
 #include "fencelock/client.h"
 #include "unit/printers.h"
+#include "support/process.h"
 
 namespace fencelock {
 namespace {
@@ -39,17 +40,7 @@ Client connect(const std::string& uri) {
 
 LockKey key(const std::string& name) { return *LockKey::make(name); }
 
-// Bounded wait for a counter that has no notification of its own. Polls with a short back-off and
-// gives up after the bound: the outcome is asserted, never assumed.
-template <typename Pred>
-bool eventually(Pred pred) {
-  const Clock::time_point until = Clock::now() + kEventBound;
-  while (!pred()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::eventually;
 
 void expect_cumulative(const LatencyHistogram& h, const char* name) {
   for (std::size_t i = 1; i < h.buckets.size(); ++i) {
