@@ -314,8 +314,10 @@ TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
   EXPECT_LT(Clock::now() - released_at, 5s);
   // At most the waiter's re-try right after subscribing can fall in the window.
   EXPECT_LE(during, 1) << "the waiter polled the server while the lock was held";
-  // That re-try, the release, and the winning try (with Redlock's round 2): no more.
-  EXPECT_LE(this->harness_->acquire_attempts(name) - before, 4);
+  // That re-try, the release, and the winning try (with Redlock's round 2), plus at most one
+  // more try when an instance answered the winning try too late (seen on a loaded 2-core CI
+  // machine): a handful, where polling would show hundreds.
+  EXPECT_LE(this->harness_->acquire_attempts(name) - before, 5);
 }
 
 TYPED_TEST(Conformance, Wait_ExpiresWithLockedAndLeavesNothingBehind) {

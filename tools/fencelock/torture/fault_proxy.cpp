@@ -86,9 +86,14 @@ struct FaultProxy::Impl {
     return fd;
   }
 
-  void accept_one(NetworkFault now) {
+  void accept_one() {
     int client = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) return;
+    NetworkFault now;
+    {  // the fault as it is now, not as it was when this loop iteration began
+      std::lock_guard lock(mu);
+      now = fault;
+    }
     if (now == NetworkFault::kDrop) {
       reset_and_close(client);
       return;
@@ -186,7 +191,7 @@ struct FaultProxy::Impl {
         while (::read(wake[0], drain, sizeof drain) > 0) {
         }
       }
-      if (fds[1].revents & POLLIN) accept_one(now_fault);
+      if (fds[1].revents & POLLIN) accept_one();
       const Clock::time_point now = Clock::now();
       for (std::size_t i = 0; i < flows.size(); ++i) {
         auto [flow, pair] = flows[i];
