@@ -17,6 +17,7 @@
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "held.h"
+#include "progress.h"
 #include "reporter.h"
 #include "scenarios.h"
 
@@ -88,6 +89,7 @@ int bench_command(const BenchArgs& args) {
                                   {"version", FENCELOCK_VERSION}};
   std::vector<nlohmann::json> results;
   const std::chrono::seconds duration(args.seconds);
+  Progress progress("bench", true);  // stderr: never mixed with the JSON lines on stdout
   // The scenarios print human rows on stdout; with --json stdout carries only the JSON lines,
   // so the rows go to stderr meanwhile.
   std::fflush(stdout);
@@ -117,8 +119,12 @@ int bench_command(const BenchArgs& args) {
     } else if (args.scenario == "throughput") {
       auto u = bench::run_uncontended(
           {.label = label, .uri = backend.uri, .duration = std::chrono::seconds(1)});
-      for (int c : *lockers) {
-        std::fprintf(stderr, "bench: throughput with %d lockers\n", c);
+      for (std::size_t i = 0; i < lockers->size(); ++i) {
+        const int c = (*lockers)[i];
+        progress.update(static_cast<double>(i) / static_cast<double>(lockers->size()),
+                        fmt::format("{:.0f} cycles/s sequential",
+                                    u["fencelock"]["cycles_per_s"].get<double>()),
+                        fmt::format("throughput with {} lockers", c));
         results.push_back(bench::run_throughput(
             {.label = label,
              .uri = backend.uri,
@@ -127,8 +133,10 @@ int bench_command(const BenchArgs& args) {
              .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
       }
     } else {
-      for (int n : *leases) {
-        std::fprintf(stderr, "bench: holding %d leases\n", n);
+      for (std::size_t i = 0; i < leases->size(); ++i) {
+        const int n = (*leases)[i];
+        progress.update(static_cast<double>(i) / static_cast<double>(leases->size()), "",
+                        fmt::format("holding {} leases", n));
         results.push_back(bench::run_held(
             {.label = label, .uri = backend.uri, .leases = n, .ttl = *ttl, .duration = duration}));
       }
@@ -138,6 +146,8 @@ int bench_command(const BenchArgs& args) {
     return reporter.fail(kExitUnavailable, "unavailable", e.what());
   }
   restore_stdout();
+  progress.update(1.0, "", "done");
+  progress.finish();
   if (args.json) {
     for (auto& r : results) {
       r["machine"] = machine;

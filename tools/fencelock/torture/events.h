@@ -60,6 +60,7 @@ struct RunRecord {
   std::vector<GrantRecord> grant_log;  // every grant, in log order per worker
   Nanos started_at = 0;
   Nanos ended_at = 0;
+  std::uint64_t operations_so_far = 0;  // register operations, updated for progress reports
 };
 
 }  // namespace fencelock::torture

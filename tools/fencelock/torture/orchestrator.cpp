@@ -186,6 +186,7 @@ class Orchestrator {
       }
       if (now >= next_progress) {
         next_progress = now + milliseconds(1000);
+        record.operations_so_far = reg_->operation_count();
         progress(record, std::chrono::duration<double>(now - start) /
                              std::chrono::duration<double>(settings_.duration));
       }

@@ -151,6 +151,11 @@ std::vector<RegisterEvent> SharedRegister::events() const {
   return events_;
 }
 
+std::size_t SharedRegister::operation_count() const {
+  std::lock_guard lock(mu_);
+  return events_.size();
+}
+
 std::uint64_t SharedRegister::value() const {
   std::lock_guard lock(mu_);
   return value_;

@@ -47,6 +47,7 @@ class SharedRegister {
 
   const std::string& path() const { return path_; }
   std::vector<RegisterEvent> events() const;
+  std::size_t operation_count() const;
   std::uint64_t value() const;
   // A worker inside its critical section now, if any; one that has read and not yet written
   // (where a pause does the most damage) first.

@@ -24,6 +24,7 @@
 #include "core/duration.h"
 #include "duration_option.h"
 #include "exit_codes.h"
+#include "progress.h"
 #include "reporter.h"
 #include "torture/checker.h"
 #include "torture/orchestrator.h"
@@ -167,7 +168,6 @@ int torture_command(const TortureArgs& args) {
   action.sa_handler = on_interrupt;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   if (!args.json) {
     std::fputs(fmt::format("fencelock torture: {}, {} workers, {}, TTL {}, faults {}{}; logs in {}\n",
                            described, args.workers, detail::format_duration(settings->duration),
@@ -185,15 +185,14 @@ int torture_command(const TortureArgs& args) {
     if (g_interrupted) stop.request_stop();
   });
   RunRecord record;
+  Progress progress("torture", !args.json);
   try {
     record = run_torture(*settings, backend.uri, dir, [&](const RunRecord& r, double done) {
-      if (args.json) return;
-      std::string line = fmt::format("torture: {:3.0f}%  faults {}  ", 100 * done, r.faults.size());
-      if (tty) {
-        std::fputs(("\r" + line).c_str(), stderr);
-      } else if (static_cast<int>(done * 100) % 10 == 0) {
-        std::fputs((line + "\n").c_str(), stderr);
-      }
+      const double seconds = done * std::chrono::duration<double>(settings->duration).count();
+      progress.update(done,
+                      fmt::format("{:.0f} ops/s",
+                                  seconds > 0 ? static_cast<double>(r.operations_so_far) / seconds : 0),
+                      fmt::format("faults {}", r.faults.size()));
     }, stop.get_token());
   } catch (const std::invalid_argument& e) {
     return reporter.fail(kExitUsage, "usage", e.what());
@@ -201,7 +200,7 @@ int torture_command(const TortureArgs& args) {
     return reporter.fail(kExitSoftware, "internal", e.what());
   }
   relay.request_stop();
-  if (tty && !args.json) std::fputs("\n", stderr);
+  progress.finish();
   const Report report = check(record, std::chrono::milliseconds(25));
   if (args.json) {
     std::fputs((json_line(report_json(report, args, described)) + "\n").c_str(), stdout);
