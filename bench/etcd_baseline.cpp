@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "etcd/etcd_keys.h"
+
 namespace fencelock::bench {
 
 namespace pb = etcdserverpb;
@@ -13,11 +15,6 @@ namespace {
 std::string first_endpoint(const std::string& uri) {
   std::string rest = uri.substr(uri.find("://") + 3);
   return rest.substr(0, rest.find(','));
-}
-
-std::string prefix_end(std::string prefix) {
-  prefix.back() = static_cast<char>(prefix.back() + 1);  // prefix ends in '/': no overflow
-  return prefix;
 }
 
 }  // namespace
@@ -40,7 +37,7 @@ EtcdBaseline::EtcdBaseline(const std::string& uri) {
                                          first_endpoint(uri), status.error_message()));
   }
   lease_ = response.id();
-  lease_hex_ = fmt::format("{:x}", static_cast<std::uint64_t>(lease_));
+  lease_hex_ = detail::etcd::lease_hex(lease_);
 }
 
 EtcdBaseline::~EtcdBaseline() {
@@ -53,7 +50,7 @@ EtcdBaseline::~EtcdBaseline() {
 }
 
 bool EtcdBaseline::cycle(const std::string& name) {
-  const std::string prefix = name + "/", key = prefix + lease_hex_;
+  const std::string prefix = detail::etcd::lock_prefix(name), key = prefix + lease_hex_;
   pb::TxnRequest acquire;
   pb::Compare* absent = acquire.add_compare();
   absent->set_key(key);
@@ -66,7 +63,7 @@ bool EtcdBaseline::cycle(const std::string& name) {
   put->set_lease(lease_);
   pb::RangeRequest* line = acquire.add_success()->mutable_request_range();
   line->set_key(prefix);
-  line->set_range_end(prefix_end(prefix));
+  line->set_range_end(detail::etcd::prefix_end(prefix));
   line->set_sort_target(pb::RangeRequest::CREATE);
   line->set_sort_order(pb::RangeRequest::ASCEND);
   line->set_limit(8);

@@ -36,7 +36,6 @@ ChildProcess spawn_cli(const std::vector<std::string>& args, const std::string& 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s);
 
 bool file_exists(const std::string& path);
-std::string read_file(const std::string& path);  // "" if missing
 std::vector<std::string> read_lines(const std::string& path);
 
 // Lock keys ("fencelock:{K}") held on `server`, leaving out the fencing counters ("...:fence").

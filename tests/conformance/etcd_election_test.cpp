@@ -26,13 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -220,14 +213,14 @@ TEST_F(EtcdElection, EtcdctlElectAndFencelockCampaignInTheSameElection) {
   ChildProcess etcdctl = ChildProcess::spawn(
       {"etcdctl", "--endpoints=" + cluster_->endpoints(), "elect", "shared", "from-etcdctl"},
       {"ETCDCTL_API=3"}, output);
-  ASSERT_TRUE(eventually([&] { return lines_of(read_text(output)).size() >= 2; }, 20s))
+  ASSERT_TRUE(eventually([&] { return lines_of(read_file(output)).size() >= 2; }, 20s))
       << "etcdctl was never elected";
   Client client = connect();
   Election e = election(client, "shared");
   auto leader = e.leader();
   ASSERT_TRUE(leader.ok() && leader->has_value()) << leader.status().to_string();
   EXPECT_EQ((*leader)->value, "from-etcdctl");
-  EXPECT_EQ((*leader)->key, lines_of(read_text(output))[0]);
+  EXPECT_EQ((*leader)->key, lines_of(read_file(output))[0]);
   EXPECT_EQ(e.campaign("fencelock", {.wait = 0ms}).code(), Code::kLocked);
 
   std::optional<Result<Leadership>> mine;
@@ -245,12 +238,12 @@ TEST_F(EtcdElection, EtcdctlElectAndFencelockCampaignInTheSameElection) {
       {"etcdctl", "--endpoints=" + cluster_->endpoints(), "elect", "--listen", "shared"},
       {"ETCDCTL_API=3"}, listen_output);
   ASSERT_TRUE(eventually([&] {
-    auto lines = lines_of(read_text(listen_output));
+    auto lines = lines_of(read_file(listen_output));
     return lines.size() >= 2 && lines[1] == "from-fencelock";
-  })) << read_text(listen_output);
+  })) << read_file(listen_output);
   ASSERT_TRUE((*mine)->proclaim("proclaimed").ok());
-  ASSERT_TRUE(eventually([&] { return lines_of(read_text(listen_output)).back() == "proclaimed"; }))
-      << read_text(listen_output);
+  ASSERT_TRUE(eventually([&] { return lines_of(read_file(listen_output)).back() == "proclaimed"; }))
+      << read_file(listen_output);
   listener.signal(SIGKILL);
   (void)listener.wait_for(5s);
 }

@@ -28,13 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Keys listed by `etcdctl get PREFIX --prefix --keys-only` (one lock key per line).
 int keys_in(const std::string& listing) {
   return static_cast<int>(std::count(listing.begin(), listing.end(), '/'));

@@ -513,6 +513,13 @@ std::string file_tail(const std::string& path, int lines) {
   return out.empty() ? "(log empty or missing)\n" : out;
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds limit,
                 std::chrono::milliseconds step) {
   for (auto until = std::chrono::steady_clock::now() + limit;

@@ -94,6 +94,9 @@ struct RunResult {
   bool timed_out = false;
 };
 
+// The whole content of the file at `path`; "" if it is missing.
+std::string read_file(const std::string& path);
+
 // Checks `condition` every `step` until it holds (true) or `limit` passes (false; the condition
 // is checked once more at the end). Tests wait for events with this, never a bare sleep.
 bool eventually(const std::function<bool()>& condition,

@@ -35,9 +35,10 @@ TEST(TortureChecker, AFencedHistoryWithARejectedStaleWriteIsSafe) {
                        enter(1, 6, 3 * kMs, true, /*overlapped=*/true),
                        write(1, 6, 2, 4 * kMs), write(0, 5, 2, 5 * kMs, /*accepted=*/false)};
   r.final_value = 2;
-  r.grants = 2;
+  r.grant_log = {{.worker = 0, .token = 5, .at = 0}, {.worker = 1, .token = 6, .at = 2 * kMs}};
   Report report = check(r, 25ms);
   EXPECT_TRUE(report.safe());
+  EXPECT_EQ(report.grants, 2u);
   EXPECT_EQ(report.writes_applied, 2u);
   EXPECT_EQ(report.writes_rejected, 1u);
   EXPECT_EQ(report.overlaps, 1u);

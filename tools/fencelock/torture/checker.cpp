@@ -17,7 +17,7 @@ bool paused_between(const RunRecord& record, int worker, Nanos from, Nanos to) {
 Report check(const RunRecord& record, std::chrono::nanoseconds lost_allowance) {
   Report report;
   report.operations = record.register_events.size();
-  report.grants = record.grants;
+  report.grants = record.grant_log.size();
   report.faults = record.faults.size();
   std::uint64_t highest_applied = 0;
   for (const RegisterEvent& e : record.register_events) {

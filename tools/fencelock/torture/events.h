@@ -56,7 +56,6 @@ struct RunRecord {
   std::vector<LostSignal> lost;
   std::vector<PauseWindow> pauses;
   std::vector<InjectedFault> faults;
-  std::uint64_t grants = 0;
   std::vector<GrantRecord> grant_log;  // every grant, in log order per worker
   Nanos started_at = 0;
   Nanos ended_at = 0;

@@ -321,7 +321,6 @@ class Orchestrator {
         if (j.is_discarded() || !j.is_object()) continue;  // a killed worker's half line
         const std::string t = j.value("t", "");
         if (t == "grant") {
-          record.grants++;
           record.grant_log.push_back({j.value("worker", 0), j.value("token", std::uint64_t{0}),
                                       j.value("at", Nanos{0})});
         }

@@ -1,7 +1,5 @@
 #include "torture/torture_command.h"
 
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,11 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <memory>
-#include <optional>
 #include <thread>
-#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
