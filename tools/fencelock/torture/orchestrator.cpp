@@ -203,8 +203,6 @@ class Orchestrator {
     return record;
   }
 
-  const std::string& worker_uri() const { return worker_uri_; }
-
  private:
   // Runs `server_control ARGS` (output to the run's directory); a failure is noted there.
   void run_control(const std::string& args) const {

@@ -55,12 +55,12 @@ class SharedRegister {
   // A worker that has read and not yet written, if any.
   std::optional<int> worker_between_read_and_write() const;
 
-  // The reply to one request line (exposed for tests; the socket threads call it).
+ private:
+  // The reply to one request line (the connection threads call it).
   std::string handle(const std::string& line, std::optional<int>& connection_worker);
   // A connection closed: its worker leaves the critical section.
   void leave(int worker);
 
- private:
   void accept_loop();
   void serve(int fd);
 
