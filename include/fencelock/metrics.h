@@ -65,6 +65,9 @@ struct MetricsSnapshot {
   std::uint64_t contended = 0;
   // The subset of `contended` that waited (AcquireOptions::wait > 0) and ran out of time.
   std::uint64_t timeouts = 0;
+  // Acquisitions that returned a Lease after finding the key held: they waited behind another
+  // holder (another process, or another thread of this one) and were granted at its release.
+  std::uint64_t contended_grants = 0;
   // Acquisitions that ended kCancelled (AcquireOptions::stop fired).
   std::uint64_t cancellations = 0;
   // kUnavailable results (no quorum, servers unreachable) of acquisitions and releases.
@@ -83,6 +86,11 @@ struct MetricsSnapshot {
   std::uint64_t losses = 0;
   // Per lease and renewal round: renewals the backend confirmed.
   std::uint64_t renewals = 0;
+  // Connections to a server opened again after one to the same place failed (Redis command
+  // connections and PostgreSQL sessions reopened, an etcd call that succeeded after failing over
+  // or reconnecting). Counted once per recovery, not per retry while the server stays down.
+  std::uint64_t reconnects = 0;
+
   // Per lease and renewal round: renewals rejected or not confirmed (servers slow or unreachable;
   // such a lease is retried until its validity ends).
   std::uint64_t renewal_failures = 0;

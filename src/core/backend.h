@@ -42,6 +42,8 @@ struct Grant {
   // The backend's own name for what the grant holds, when guarded_put() needs it (etcd: the own
   // key NAME/<lease hex>). Empty otherwise.
   std::string backend_key;
+  // The key was held by another owner when this acquisition began: it waited for a release.
+  bool contended = false;
 };
 
 // The outcome of one try: a Grant, or an error. On kLocked, `retry_after` is the holder's
@@ -149,6 +151,9 @@ class Backend {
 
   // The backend's URI without credentials.
   virtual std::string describe() const = 0;
+
+  // Connections reopened after a failure so far (MetricsSnapshot::reconnects).
+  virtual std::uint64_t reconnects() const { return 0; }
 
   // Leader elections, or nullptr when the backend has none.
   virtual ElectionBackend* elections() { return nullptr; }

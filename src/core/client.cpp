@@ -73,6 +73,6 @@ Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
 
 std::string Client::describe() const { return core_->backend().describe(); }
 
-MetricsSnapshot Client::metrics() const { return core_->metrics().snapshot(); }
+MetricsSnapshot Client::metrics() const { return core_->metrics_snapshot(); }
 
 }  // namespace fencelock

@@ -51,26 +51,36 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire(const LockKey& key,
                                                         const AcquireOptions& options,
                                                         bool campaign) {
   const Clock::time_point start = Clock::now();
-  auto result = acquire_unrecorded(key, options, campaign);
-  metrics_.record_acquire(result.code(), options.wait > milliseconds(0), Clock::now() - start);
+  bool contended = false;
+  auto result = acquire_unrecorded(key, options, campaign, contended);
+  metrics_.record_acquire(result.code(), options.wait > milliseconds(0), Clock::now() - start,
+                          contended);
   return result;
+}
+
+MetricsSnapshot ClientCore::metrics_snapshot() const {
+  MetricsSnapshot snapshot = metrics_.snapshot();
+  snapshot.reconnects = backend_->reconnects();
+  return snapshot;
 }
 
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey& key,
                                                                    const AcquireOptions& options,
-                                                                   bool campaign) {
+                                                                   bool campaign,
+                                                                   bool& contended) {
   if (Status st = validate(options); !st.ok()) return st;
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = Clock::now() + options.wait;
   auto ticket = queue_.enter(key.str(), deadline, options.stop);
   if (!ticket.ok()) return ticket.status();
-  return acquire_as_head(key, options, deadline, campaign);
+  contended = ticket->waited();
+  return acquire_as_head(key, options, deadline, campaign, contended);
 }
 
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& key,
                                                                 const AcquireOptions& options,
                                                                 Clock::time_point deadline,
-                                                                bool campaign) {
+                                                                bool campaign, bool& contended) {
   const OwnerId owner = OwnerId::random();
   const std::string& metadata =
       options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
@@ -78,6 +88,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                              deadline, options.stop, options_.io_timeout,
                                              options.shared, campaign});
   if (!grant.ok()) return grant.status();
+  contended = contended || grant->contended;
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);
   lease->backend_key = std::move(grant->backend_key);

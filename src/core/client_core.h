@@ -32,16 +32,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   LocalQueue& queue() { return queue_; }
   const ClientOptions& options() const { return options_; }
   const Metrics& metrics() const { return metrics_; }
+  // The counters of metrics() plus the backend's own (reconnects).
+  MetricsSnapshot metrics_snapshot() const;
 
  private:
   Status validate(const AcquireOptions& options) const;
   Result<std::shared_ptr<LeaseState>> acquire_unrecorded(const LockKey& key,
                                                          const AcquireOptions& options,
-                                                         bool campaign);
+                                                         bool campaign, bool& contended);
   Result<std::shared_ptr<LeaseState>> acquire_as_head(const LockKey& key,
                                                       const AcquireOptions& options,
                                                       Clock::time_point deadline,
-                                                      bool campaign);
+                                                      bool campaign, bool& contended);
 
   // Declaration order is destruction order reversed: the renewer stops before the backend and
   // the metrics it records into go.

@@ -5,7 +5,10 @@
 namespace fencelock::detail {
 
 LocalQueue::Ticket::Ticket(Ticket&& other) noexcept
-    : queue_(other.queue_), key_(std::move(other.key_)), place_(other.place_) {
+    : queue_(other.queue_),
+      key_(std::move(other.key_)),
+      place_(other.place_),
+      waited_(other.waited_) {
   other.queue_ = nullptr;
 }
 
@@ -19,9 +22,10 @@ Result<LocalQueue::Ticket> LocalQueue::enter(const std::string& key,
   std::unique_lock lock(mu_);
   Line& line = lines_[key];
   auto place = line.order.insert(line.order.end(), 0);
+  const bool waited = line.order.begin() != place;
   bool at_head =
       line.changed.wait_until(lock, stop, deadline, [&] { return line.order.begin() == place; });
-  if (at_head) return Ticket(this, key, place);
+  if (at_head) return Ticket(this, key, place, waited);
   line.order.erase(place);
   line.changed.notify_all();
   if (line.order.empty()) lines_.erase(key);

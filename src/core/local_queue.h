@@ -26,14 +26,17 @@ class LocalQueue {
     Ticket& operator=(Ticket&&) = delete;
     Ticket(const Ticket&) = delete;
     ~Ticket();
+    // Whether the caller had to wait behind another caller of this process.
+    bool waited() const { return waited_; }
 
    private:
     friend class LocalQueue;
-    Ticket(LocalQueue* queue, std::string key, std::list<int>::iterator place)
-        : queue_(queue), key_(std::move(key)), place_(place) {}
+    Ticket(LocalQueue* queue, std::string key, std::list<int>::iterator place, bool waited)
+        : queue_(queue), key_(std::move(key)), place_(place), waited_(waited) {}
     LocalQueue* queue_;
     std::string key_;
     std::list<int>::iterator place_;
+    bool waited_;
   };
 
   // Joins the line for `key` and blocks until this caller is at its head. kLocked if `deadline`

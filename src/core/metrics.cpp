@@ -38,8 +38,9 @@ LatencyHistogram Histogram::snapshot() const noexcept {
   return out;
 }
 
-void Metrics::record_acquire(Code code, bool waited, Duration elapsed) noexcept {
+void Metrics::record_acquire(Code code, bool waited, Duration elapsed, bool contended) noexcept {
   add(acquisitions_);
+  if (code == Code::kOk && contended) add(contended_grants_);
   auto index = static_cast<std::size_t>(code);
   add(acquire_results_[index < kCodeCount ? index : static_cast<std::size_t>(Code::kInternal)]);
   if (code == Code::kLocked && waited) add(timeouts_);
@@ -73,6 +74,7 @@ MetricsSnapshot Metrics::snapshot() const noexcept {
   s.grants = result(Code::kOk);
   s.contended = result(Code::kLocked);
   s.timeouts = load(timeouts_);
+  s.contended_grants = load(contended_grants_);
   s.cancellations = result(Code::kCancelled);
   s.quorum_failures = result(Code::kUnavailable) + load(release_unavailable_);
   for (std::size_t i = 1; i < kCodeCount; ++i) s.acquire_errors[i] = load(acquire_results_[i]);
@@ -171,6 +173,9 @@ std::string to_prometheus(const MetricsSnapshot& s, std::string_view client_labe
             "Acquisitions that found the lock held for their whole wait (kLocked).", s.contended);
   e.counter("fencelock_timeouts_total", "Acquisitions whose wait for a held lock ran out.",
             s.timeouts);
+  e.counter("fencelock_contended_grants_total",
+            "Acquisitions granted after finding the lock held (they waited for a release).",
+            s.contended_grants);
   e.counter("fencelock_cancellations_total", "Acquisitions cancelled by their stop token.",
             s.cancellations);
   e.counter("fencelock_quorum_failures_total",
@@ -181,6 +186,9 @@ std::string to_prometheus(const MetricsSnapshot& s, std::string_view client_labe
             "Releases that failed (the lock expires by its TTL).", s.release_failures);
   e.counter("fencelock_losses_total",
             "Leases lost before their release (renewal rejected or validity ran out).", s.losses);
+  e.counter("fencelock_reconnects_total",
+            "Server connections reopened after a failure (counted once per recovery).",
+            s.reconnects);
   e.counter("fencelock_renewals_total", "Lease renewals the backend confirmed.", s.renewals);
   e.counter("fencelock_renewal_failures_total", "Lease renewals rejected or not confirmed in time.",
             s.renewal_failures);

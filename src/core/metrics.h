@@ -36,8 +36,9 @@ class Metrics {
  public:
   using Duration = std::chrono::steady_clock::duration;
 
-  // One Client::acquire() call that ended with `code`; `waited`: AcquireOptions::wait > 0.
-  void record_acquire(Code code, bool waited, Duration elapsed) noexcept;
+  // One Client::acquire() call that ended with `code`; `waited`: AcquireOptions::wait > 0;
+  // `contended`: it found the key held before it was granted.
+  void record_acquire(Code code, bool waited, Duration elapsed, bool contended = false) noexcept;
   // One release sent to the servers.
   void record_release(Code code, Duration elapsed) noexcept;
   // One renewal round: its duration and, per lease in it, whether the renewal was confirmed.
@@ -55,6 +56,7 @@ class Metrics {
   std::atomic<std::uint64_t> acquisitions_{0};
   std::array<std::atomic<std::uint64_t>, kCodeCount> acquire_results_{};  // by Code; kOk: grants
   std::atomic<std::uint64_t> timeouts_{0};
+  std::atomic<std::uint64_t> contended_grants_{0};
   std::atomic<std::uint64_t> release_unavailable_{0};
   std::atomic<std::uint64_t> releases_{0};
   std::atomic<std::uint64_t> release_failures_{0};

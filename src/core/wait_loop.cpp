@@ -29,6 +29,7 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     if (waits) (void)backend.release(call.key, call.owner, Clock::now() + call.io_timeout);
     return status;
   };
+  bool found_held = false;
   while (true) {
     Clock::time_point now = Clock::now();
     milliseconds queue_for = waits
@@ -37,9 +38,13 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
                                  : milliseconds(0);
     TryResult attempt = backend.try_acquire(
         GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
-    if (attempt.grant) return *attempt.grant;
+    if (attempt.grant) {
+      attempt.grant->contended = found_held;
+      return *attempt.grant;
+    }
     // Errors: the backend already released what the try took; leave the queue place too.
     if (attempt.status.code() != Code::kLocked) return give_up(attempt.status);
+    found_held = true;
     now = Clock::now();
     if (now >= call.deadline) {
       if (!waits) return attempt.status;

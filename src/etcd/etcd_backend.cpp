@@ -222,6 +222,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   std::string describe() const override { return description_; }
+  std::uint64_t reconnects() const override { return conn_->reconnects(); }
 
   ElectionBackend* elections() override { return this; }
 
@@ -589,8 +590,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       held_[call.owner.hex()] = held;
     }
     const bool waits = call.wait > milliseconds(0);
-    for (;;) {
-      if (holder == held.revision) return grant(call, held);
+    for (bool found_held = false;; found_held = true) {
+      if (holder == held.revision) {
+        Attempt granted = grant(call, held);
+        if (granted.grant) granted.grant->contended = found_held;
+        return granted;
+      }
       if (!waits)
         return give_up(call.owner, held, Status(Code::kLocked, "key is held by another owner"));
       if (call.stop.stop_requested())

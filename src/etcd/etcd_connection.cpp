@@ -309,7 +309,10 @@ grpc::Status EtcdConnection::call(Clock::time_point deadline, const CallFn& fn) 
     grpc::ClientContext context;
     prepare(context, std::min(deadline, Clock::now() + options_.io_timeout));
     status = fn(members_[index], context);
-    if (status.ok()) return status;
+    if (status.ok()) {
+      reconnects_.connected();
+      return status;
+    }
     if (invalid_token(status) && !user_.empty() && !reauthenticated) {
       reauthenticated = true;
       grpc::Status auth = authenticate(deadline);
@@ -317,6 +320,7 @@ grpc::Status EtcdConnection::call(Clock::time_point deadline, const CallFn& fn) 
       continue;
     }
     if (!retryable(status)) return status;
+    reconnects_.failed();
     fail_over(index);
     if (++tried % members_.size() == 0) pause_between_rounds(deadline);
   }
@@ -530,7 +534,10 @@ grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point de
     });
     if (!stream) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "etcd connection closed");
     status = stream->keep_alive(lease, deadline, ttl);
-    if (status.ok()) return status;
+    if (status.ok()) {
+      reconnects_.connected();
+      return status;
+    }
     if (invalid_token(status) && !user_.empty() && !reauthenticated) {
       reauthenticated = true;
       grpc::Status auth = authenticate(deadline);
@@ -538,6 +545,7 @@ grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point de
       continue;  // the new token replaces the stream
     }
     if (!retryable(status)) return status;
+    reconnects_.failed();
     if (tried % members_.size() == 0) pause_between_rounds(deadline);
   }
   return status;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/reconnects.h"
 #include "etcd/etcd.grpc.pb.h"
 #include "fencelock/options.h"
 
@@ -94,6 +95,9 @@ class EtcdConnection {
                               Clock::time_point until, std::stop_token stop);
 
   const ClientOptions& options() const { return options_; }
+  // Calls and keep-alives that succeeded after a connection-level failure (a failover, or a
+  // member that came back): ReconnectCounter.
+  std::uint64_t reconnects() const { return reconnects_.count(); }
 
  private:
   class LeaseStream;
@@ -118,6 +122,7 @@ class EtcdConnection {
   const std::string password_;
   std::vector<Stubs> members_;
   std::atomic<std::size_t> current_{0};
+  ReconnectCounter reconnects_;
   std::mutex token_mu_;
   std::string token_;                          // GUARDED_BY(token_mu_)
   std::mutex streams_mu_;                      // held while a stream is replaced or closed

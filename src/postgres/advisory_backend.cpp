@@ -129,6 +129,7 @@ class AdvisoryBackend final : public Backend {
   }
 
   std::string describe() const override { return uri_.description; }
+  std::uint64_t reconnects() const override { return sessions_.reconnects(); }
 
  private:
   struct Holding {
@@ -199,8 +200,14 @@ class AdvisoryBackend final : public Backend {
     PGconn* c = (*session)->conn.get();
     auto left = std::max<long long>(
         std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
+    // The try first, only to learn whether the key was held (MetricsSnapshot::contended_grants);
+    // the InitPlan with the blocking call runs only when the try failed, in the same round trip.
+    // A try never jumps the queue: PostgreSQL refuses it while others wait for the lock.
     std::string wait_sql = for_mode(
-        fmt::format("SET lock_timeout = {}; SELECT pg_advisory_lock({})", left, key), call.shared);
+        fmt::format("SET lock_timeout = {0}; SELECT CASE WHEN pg_try_advisory_lock({1}) THEN false "
+                    "ELSE (SELECT true FROM pg_advisory_lock({1})) END",
+                    left, key),
+        call.shared);
     bool broken = false;
     auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken,
                           /*multi=*/true, call.stop);
@@ -223,6 +230,7 @@ class AdvisoryBackend final : public Backend {
     }
     Grant grant =
         remember(call, *session, key, static_cast<std::uint64_t>(to_int(noted->get(), 0, 0)), sent);
+    grant.contended = PQntuples(waited->get()) == 1 && PQgetvalue(waited->get(), 0, 0)[0] == 't';
     sessions_.checkin(*session, broken);
     return grant;
   }

@@ -189,11 +189,13 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
   if (opened.ok()) {
     backoff_ = milliseconds(0);
     down_until_ = {};
+    reconnects_.connected();
     return opened;
   }
   open_--;
   returned_.notify_one();
   if (opened.code() == Code::kUnavailable) {
+    reconnects_.failed();
     backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
     down_until_ = Clock::now() + backoff_;
     last_error_ = opened.status();
@@ -208,6 +210,7 @@ void PgPool::checkin(ConnPtr c, bool healthy) {
   } else {
     // A broken connection usually means the server went away: the idle ones would fail the
     // same way, so drop them too and let the next call reconnect.
+    reconnects_.failed();
     open_ -= 1 + idle_.size();
     idle_.clear();
   }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/reconnects.h"
 
 namespace fencelock::detail::postgres {
 
@@ -62,11 +63,14 @@ class PgPool {
   void checkin(ConnPtr c, bool healthy);
 
   const std::string& conninfo() const { return conninfo_; }
+  // Connections opened again after a failure (ReconnectCounter).
+  std::uint64_t reconnects() const { return reconnects_.count(); }
 
  private:
   const std::string conninfo_;
   const std::size_t max_;
   const milliseconds connect_timeout_;
+  ReconnectCounter reconnects_;
   std::mutex mu_;
   std::condition_variable returned_;
   std::vector<ConnPtr> idle_;       // GUARDED_BY(mu_)

@@ -140,6 +140,7 @@ class LeaseBackend final : public Backend {
   }
 
   std::string describe() const override { return uri_.description; }
+  std::uint64_t reconnects() const override { return pool_.reconnects(); }
 
  private:
   Result<std::vector<HolderInfo>> query_holders(const std::string& name, bool exact) {

@@ -50,7 +50,11 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
   std::lock_guard lock(mu_);
   opening_--;
   changed_.notify_all();
-  if (!opened.ok()) return opened.status();
+  if (!opened.ok()) {
+    if (opened.code() == Code::kUnavailable) reconnects_.failed();
+    return opened.status();
+  }
+  reconnects_.connected();
   auto session = std::make_shared<Session>();
   session->conn = std::move(*opened);
   session->busy = true;
@@ -76,6 +80,8 @@ void SessionPool::checkin(const std::shared_ptr<Session>& session, bool broken) 
   session->busy = false;
   if (broken || PQstatus(session->conn.get()) != CONNECTION_OK) {
     session->closed = true;  // its advisory locks ended with it
+    // A deliberate close (to free what an ambiguous call took) is not a connection failure.
+    if (PQstatus(session->conn.get()) != CONNECTION_OK) reconnects_.failed();
     session->held.clear();
     sessions_.remove(session);
   }

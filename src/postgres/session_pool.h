@@ -56,6 +56,8 @@ class SessionPool {
   void checkin(const std::shared_ptr<Session>& session, bool broken);
 
   bool closed(const std::shared_ptr<Session>& session);
+  // Sessions opened again after one broke or could not be opened (ReconnectCounter).
+  std::uint64_t reconnects() const { return reconnects_.count(); }
   // Records that the session now holds / no longer holds `key` (REQUIRES: checked out by caller).
   void note_held(const std::shared_ptr<Session>& session, std::int64_t key, bool held);
 
@@ -65,6 +67,7 @@ class SessionPool {
   const std::string conninfo_;
   const std::size_t max_;
   const milliseconds connect_timeout_;
+  ReconnectCounter reconnects_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::list<std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)

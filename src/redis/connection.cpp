@@ -130,10 +130,12 @@ Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
   if (opened.ok()) {
     backoff_ = milliseconds(0);
     down_until_ = {};
+    reconnects_.connected();
     return opened;
   }
   Code code = opened.code();
   if (code == Code::kUnavailable || code == Code::kDeadlineExceeded) {
+    reconnects_.failed();
     backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
     down_until_ = Clock::now() + backoff_;
     last_error_ = opened.status();
@@ -150,6 +152,7 @@ void Instance::checkin(ContextPtr context) {
 void Instance::note_failure() {
   std::lock_guard lock(mu_);
   idle_.clear();  // the server probably went away: drop connections that would fail the same way
+  reconnects_.failed();
 }
 
 std::string Instance::address() const { return endpoint_text(spec_.endpoint); }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/reconnects.h"
 #include "core/uri.h"
 #include "fencelock/options.h"
 
@@ -73,9 +74,12 @@ class Instance {
   const ConnectSpec& spec() const { return spec_; }
   // "127.0.0.1:7001" (or "[::1]:7001").
   std::string address() const;
+  // Connections opened again after a failure (ReconnectCounter).
+  std::uint64_t reconnects() const { return reconnects_.count(); }
 
  private:
   ConnectSpec spec_;
+  ReconnectCounter reconnects_;
   std::mutex mu_;
   std::vector<ContextPtr> idle_;    // GUARDED_BY(mu_)
   Clock::time_point down_until_{};  // GUARDED_BY(mu_)

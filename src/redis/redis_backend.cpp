@@ -65,6 +65,12 @@ class RedlockBackend final : public Backend {
 
   std::vector<std::unique_ptr<Instance>>& instances() { return instances_; }
 
+  std::uint64_t reconnects() const override {
+    std::uint64_t total = 0;
+    for (const auto& instance : instances_) total += instance->reconnects();
+    return total;
+  }
+
   milliseconds min_ttl() const override { return milliseconds(10); }
 
   TryResult try_acquire(const GrantRequest& req) override {

@@ -385,6 +385,30 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
   for (auto& t : threads) t.join();
   ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kThreads));
   for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
+  EXPECT_EQ(waiters.metrics().contended_grants, static_cast<std::uint64_t>(kThreads))
+      << "every thread waited: the first for the holder, the others for a thread ahead";
+}
+
+// --- metrics ---------------------------------------------------------------------------------
+
+TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
+  Client a = this->connect(), b = this->connect();
+  std::string name = "metrics/contended-grant";
+  auto k = this->key(name);
+  auto lease = a.acquire(k, {.ttl = 30s, .wait = 10s});
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(a.metrics().contended_grants, 0u) << "the key was free";
+  std::optional<Result<Lease>> waited;
+  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
+  ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
+  ASSERT_TRUE(lease->release().ok());
+  waiter.join();
+  ASSERT_TRUE(waited->ok()) << waited->status().to_string();
+  MetricsSnapshot m = b.metrics();
+  EXPECT_EQ(m.grants, 1u);
+  EXPECT_EQ(m.contended_grants, 1u);
+  EXPECT_EQ(m.contended, 0u) << "granted in the end: not kLocked";
+  EXPECT_EQ(a.metrics().contended_grants, 0u);
 }
 
 // --- inspection ------------------------------------------------------------------------------

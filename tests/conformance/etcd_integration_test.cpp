@@ -187,6 +187,24 @@ TEST_F(EtcdIntegration, ALeaderKilledWhileALockIsHeldKeepsTheLeaseAndTokensIncre
   EXPECT_GT(next->token(), token);
 }
 
+// A Client starts on the first member of its URI; when that member dies, its next call fails
+// over to another one: one reconnect in the metrics.
+TEST_F(EtcdIntegration, AFailoverToAnotherMemberIsCountedAsAReconnect) {
+  Client client = connect();
+  ASSERT_TRUE(client.acquire(*LockKey::make("reconnect/a"), {.ttl = 5s}).ok());
+  EXPECT_EQ(client.metrics().reconnects, 0u) << "first connections are not reconnects";
+  cluster_->kill(0);
+  std::optional<Result<Lease>> lease;
+  ASSERT_TRUE(eventually(
+      [&] {
+        lease.emplace(client.acquire(*LockKey::make("reconnect/b"), {.ttl = 5s}));
+        return lease->ok();
+      },
+      20s))
+      << lease->status().to_string();
+  EXPECT_GE(client.metrics().reconnects, 1u);
+}
+
 // Contended while the leader dies: the waiters are granted one at a time through the new
 // leader, never two holders at once, with increasing tokens.
 TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGrowingTokens) {

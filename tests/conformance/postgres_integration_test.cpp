@@ -106,6 +106,7 @@ TEST_F(PostgresLease, AServerRestartIsSurvivedWithoutFalseHolders) {
   ASSERT_TRUE(client.ok());
   auto lease = client->acquire(key("restart"), {.ttl = 3s});
   ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(client->metrics().reconnects, 0u) << "first connections are not reconnects";
   server_->restart();
   // Reconnects (after backoff) and serves new acquisitions.
   std::optional<Result<Lease>> next;
@@ -114,6 +115,7 @@ TEST_F(PostgresLease, AServerRestartIsSurvivedWithoutFalseHolders) {
     next.emplace(client->acquire(key("after-restart"), {.ttl = 5s}));
   } while (!next->ok() && Clock::now() < until && (std::this_thread::sleep_for(50ms), true));
   ASSERT_TRUE(next->ok()) << next->status().to_string();
+  EXPECT_GE(client->metrics().reconnects, 1u);
   // The old lease is either still renewed (the row survived) or reported lost; never held
   // without its row.
   auto until_renewed = Clock::now() + 5s;

@@ -77,6 +77,7 @@ TEST_F(RedlockFaults, ConnectFailsUnavailableWhenNoMajorityAnswers) {
 
 TEST_F(RedlockFaults, ARestartedInstanceRejoinsTheQuorum) {
   Client client = connect_or_throw(cluster_->redlock_uri());
+  EXPECT_EQ(client.metrics().reconnects, 0u) << "first connections are not reconnects";
   (*cluster_)[0].kill();
   ASSERT_TRUE(client.acquire(key("rejoin-a"), {.ttl = 5s}).ok());
   (*cluster_)[0].restart();
@@ -89,6 +90,7 @@ TEST_F(RedlockFaults, ARestartedInstanceRejoinsTheQuorum) {
   } while (!lease->ok() && Clock::now() < until && (std::this_thread::sleep_for(20ms), true));
   ASSERT_TRUE(lease->ok()) << lease->status().to_string();
   EXPECT_TRUE(has_lock_key((*cluster_)[0], "rejoin-b"));
+  EXPECT_GE(client.metrics().reconnects, 1u) << "instance 0 was reconnected";
 }
 
 // The round-2 argument on real servers: instance 0's counter runs far ahead; a grant through a
