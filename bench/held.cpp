@@ -1,10 +1,12 @@
 #include "held.h"
 
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <string_view>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -13,6 +15,7 @@
 
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
+#include "postgres/postgres_uri.h"
 #include "redis_baseline.h"
 #include "stats.h"
 
@@ -30,10 +33,17 @@ double resident_bytes() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-// Sum of EVALSHA requests served by the Redis instances of `uri` (0 when not Redis).
-long redis_commands(const std::string& uri) {
-  if (!uri.starts_with("redis://") && !uri.starts_with("redlock://")) return 0;
-  long total = 0;
+// What the servers of one backend served so far, summed over its servers.
+struct ServerCount {
+  double requests = 0;   // requests that renewal sends (see server_requests)
+  double busy_us = 0;    // Redis only: server time spent in those requests
+  int servers = 0;       // servers that answered
+};
+
+// Redis and Redlock: EVALSHA calls and their server time (INFO commandstats); renewal is one
+// script call per batch. Requests, not the commands the scripts run inside.
+ServerCount redis_requests(const std::string& uri) {
+  ServerCount out;
   for (const auto& ep : endpoints_of(uri)) {
     auto colon = ep.rfind(':');
     redisContext* c = redisConnect(ep.substr(0, colon).c_str(), std::stoi(ep.substr(colon + 1)));
@@ -41,17 +51,73 @@ long redis_commands(const std::string& uri) {
       if (c != nullptr) redisFree(c);
       continue;
     }
-    // Requests, not the commands scripts run inside: EVALSHA calls (renewal is one script).
     auto* reply = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
     if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
       std::string text(reply->str, reply->len);
       auto at = text.find("cmdstat_evalsha:calls=");
-      if (at != std::string::npos) total += std::stol(text.substr(at + 22));
+      if (at != std::string::npos) {
+        out.requests += std::stod(text.substr(at + 22));
+        auto usec = text.find("usec=", at);
+        if (usec != std::string::npos) out.busy_us += std::stod(text.substr(usec + 5));
+      }
+      out.servers++;
     }
     if (reply != nullptr) freeReplyObject(reply);
     redisFree(c);
   }
-  return total;
+  return out;
+}
+
+// PostgreSQL: committed transactions of the database (pg_stat_database.xact_commit). Every
+// statement fencelock sends outside a wait is one transaction, and while leases are only held
+// the only statements are renewals (lease mode) or session health checks (advisory mode).
+// PostgreSQL publishes these counters with a delay of up to a second.
+ServerCount postgres_requests(const std::string& uri) {
+  ServerCount out;
+  auto split = detail::postgres::split_postgres_uri(uri);
+  if (!split.ok()) return out;
+  PGconn* c = PQconnectdb(split->conninfo.c_str());
+  if (PQstatus(c) == CONNECTION_OK) {
+    PGresult* r = PQexec(c, "SELECT pg_stat_force_next_flush(), xact_commit FROM pg_stat_database "
+                            "WHERE datname = current_database()");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+      out.requests = std::stod(PQgetvalue(r, 0, 1));
+      out.servers = 1;
+    }
+    PQclear(r);
+  }
+  PQfinish(c);
+  return out;
+}
+
+// etcd: LeaseKeepAlive messages the members received (their /metrics, read with curl).
+ServerCount etcd_requests(const std::string& uri) {
+  ServerCount out;
+  const std::string series =
+      "grpc_server_msg_received_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb."
+      "Lease\",grpc_type=\"bidi_stream\"} ";
+  for (const auto& ep : endpoints_of(uri)) {
+    const std::string command = fmt::format("curl -s --max-time 5 http://{}/metrics", ep);
+    FILE* pipe = ::popen(command.c_str(), "r");
+    if (pipe == nullptr) continue;
+    char line[4096];
+    while (std::fgets(line, sizeof line, pipe) != nullptr) {
+      std::string_view text(line);
+      if (text.starts_with(series)) {
+        out.requests += std::stod(std::string(text.substr(series.size())));
+        out.servers++;
+      }
+    }
+    ::pclose(pipe);
+  }
+  return out;
+}
+
+ServerCount server_requests(const std::string& uri) {
+  if (uri.starts_with("redis://") || uri.starts_with("redlock://")) return redis_requests(uri);
+  if (uri.starts_with("postgres")) return postgres_requests(uri);
+  if (uri.starts_with("etcd://")) return etcd_requests(uri);
+  return {};
 }
 
 }  // namespace
@@ -77,13 +143,13 @@ nlohmann::json run_held(const HeldConfig& config) {
   const double rss_held = resident_bytes();
 
   const MetricsSnapshot before = client->metrics();
-  const long commands_before = redis_commands(config.uri);
+  const ServerCount served_before = server_requests(config.uri);
   const auto cpu_before = process_cpu_time();
   const auto hold_start = Clock::now();
   std::this_thread::sleep_for(config.duration);
   const double seconds = std::chrono::duration<double>(Clock::now() - hold_start).count();
   const auto cpu = process_cpu_time() - cpu_before;
-  const long commands = redis_commands(config.uri) - commands_before;
+  const ServerCount served_after = server_requests(config.uri);
   const MetricsSnapshot after = client->metrics();
 
   std::size_t lost = 0;
@@ -92,16 +158,31 @@ nlohmann::json run_held(const HeldConfig& config) {
   const double renewed = static_cast<double>(after.renewals - before.renewals);
   const double cpu_share = static_cast<double>(cpu.count()) / 1e6 / seconds;
   const double bytes_per_lease = (rss_held - rss_before) / config.leases;
+  const int servers = served_after.servers;
+  const double requests = served_after.requests - served_before.requests;
+  const double busy_us = served_after.busy_us - served_before.busy_us;
+  // Per server and per renewal round: what the target "a few requests per instance per round"
+  // is about. A round renews every lease that is due; leases taken over a long time fall due
+  // at different times, so divide by the rounds a lease sees (hold time / (TTL / 3)) instead of
+  // the renewer's wake-ups.
+  const double lease_rounds = seconds / (static_cast<double>(config.ttl.count()) / 3000.0);
+  const double per_round = lease_rounds > 0 ? requests / lease_rounds : 0;
+  const double per_server_round = servers > 0 ? per_round / servers : 0;
   fmt::print(
-      "{:<8} held         {} leases, TTL {} s: {:.2f} renewal rounds/s, {:.0f} leases renewed/s, "
-      "{} script requests/s to the servers, client CPU {:.2f}% of a core, {:.0f} bytes/lease, lost {}\n",
+      "{:<8} held         {} leases, TTL {} s: {:.2f} renewal wake-ups/s, {:.0f} leases renewed/s, "
+      "{} requests per renewal round, client CPU {:.2f}% of a core, {:.0f} bytes/lease, "
+      "lost {}\n",
       config.label, config.leases, config.ttl.count() / 1000, rounds / seconds, renewed / seconds,
-      commands > 0 ? fmt::format("{:.1f}", static_cast<double>(commands) / seconds) : "n/a",
-      100 * cpu_share, bytes_per_lease, lost);
+      servers > 0 ? fmt::format("{:.1f} ({:.1f} per server)", per_round, per_server_round) : "n/a",
+      100 * cpu_share,
+      bytes_per_lease, lost);
   nlohmann::json out = {{"backend", config.label},
                         {"scenario", "held"},
                         {"leases", config.leases},
                         {"ttl_ms", config.ttl.count()},
+                        {"uri_options", config.uri.find('?') == std::string::npos
+                                            ? ""
+                                            : config.uri.substr(config.uri.find('?') + 1)},
                         {"seconds", seconds},
                         {"take_seconds", take_seconds},
                         {"renew_rounds_per_s", rounds / seconds},
@@ -109,7 +190,13 @@ nlohmann::json run_held(const HeldConfig& config) {
                         {"client_cpu_share", cpu_share},
                         {"bytes_per_lease", bytes_per_lease},
                         {"lost", lost}};
-  if (commands > 0) out["server_script_requests_per_s"] = static_cast<double>(commands) / seconds;
+  if (servers > 0) {
+    out["servers"] = servers;
+    out["server_requests_per_s"] = requests / seconds;
+    out["requests_per_round"] = per_round;
+    out["requests_per_server_per_round"] = per_server_round;
+  }
+  if (busy_us > 0 && requests > 0) out["server_us_per_request"] = busy_us / requests;
   for (auto& lease : held) (void)lease.release();
   return out;
 }

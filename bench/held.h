@@ -1,8 +1,10 @@
 // The `held` scenario: one Client holds N leases (distinct keys) with automatic renewal for a
 // while. Measures what holding costs: renewal rounds and renewed leases per second (the Client's
-// metrics), script requests per second the Redis servers served meanwhile (INFO commandstats,
-// EVALSHA calls; Redis and Redlock only: the requests renewal actually sends), client CPU (user + sys) as a share of one
-// core, and client memory per lease (resident set growth / N).
+// metrics), the requests the servers served meanwhile, per renewal round and per server (Redis:
+// EVALSHA calls and their server time from INFO commandstats; PostgreSQL: committed
+// transactions from pg_stat_database; etcd: LeaseKeepAlive messages from each member's
+// /metrics, read with curl), client CPU (user + sys) as a share of one core, and client memory
+// per lease (resident set growth / N). Nothing else may use the servers meanwhile.
 #pragma once
 
 #include <chrono>

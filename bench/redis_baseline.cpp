@@ -17,7 +17,7 @@ namespace lua = detail::lua;
 std::vector<std::string> endpoints_of(const std::string& uri) {
   auto sep = uri.find("://");
   std::string rest = uri.substr(sep + 3);
-  rest = rest.substr(0, rest.find('/'));
+  rest = rest.substr(0, rest.find_first_of("/?"));
   std::vector<std::string> out;
   std::size_t start = 0;
   while (start <= rest.size()) {

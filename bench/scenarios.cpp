@@ -36,7 +36,9 @@ nlohmann::json summary_json(const Summary& s) {
           {"mean_us", s.mean_us},
           {"p50_us", s.p50_us},
           {"p99_us", s.p99_us},
-          {"max_us", s.max_us}};
+          {"p999_us", s.p999_us},
+          {"max_us", s.max_us},
+          {"cdf", s.cdf}};
 }
 
 // Measures `cycle` `count` times, appending latencies; returns wall and CPU time spent.
@@ -99,13 +101,13 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
   double lib_cpu_us = static_cast<double>(lib_cpu.count()) / static_cast<double>(ls.count);
   double base_cpu_us = static_cast<double>(base_cpu.count()) / static_cast<double>(bs.count);
   fmt::print(
-      "{:<8} uncontended  fencelock {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu "
-      "{:>5.1f} us/cycle\n",
-      config.label, lib_rate, ls.p50_us, ls.p99_us, lib_cpu_us);
+      "{:<8} uncontended  fencelock {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  p999 "
+      "{:>7.1f} us  cpu {:>5.1f} us/cycle\n",
+      config.label, lib_rate, ls.p50_us, ls.p99_us, ls.p999_us, lib_cpu_us);
   fmt::print(
-      "{:<8} uncontended  baseline  {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  cpu "
-      "{:>5.1f} us/cycle\n",
-      config.label, base_rate, bs.p50_us, bs.p99_us, base_cpu_us);
+      "{:<8} uncontended  baseline  {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  p999 "
+      "{:>7.1f} us  cpu {:>5.1f} us/cycle\n",
+      config.label, base_rate, bs.p50_us, bs.p99_us, bs.p999_us, base_cpu_us);
   fmt::print(
       "{:<8} uncontended  ratio     p50 {:.2f}x (target <= 1.25x)  cpu {:.2f}x (target <= 2x)  "
       "failures {}\n",

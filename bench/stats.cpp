@@ -21,7 +21,12 @@ Summary summarize(std::vector<double> samples) {
       std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(samples.size());
   s.p50_us = at(0.50);
   s.p99_us = at(0.99);
+  s.p999_us = at(0.999);
   s.max_us = samples.back();
+  for (int percent = 1; percent <= 99; ++percent) {
+    s.cdf.emplace_back(percent / 100.0, at(percent / 100.0));
+  }
+  for (double q : {0.995, 0.999, 0.9999, 1.0}) s.cdf.emplace_back(q, at(q));
   return s;
 }
 

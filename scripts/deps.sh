@@ -21,8 +21,9 @@ PACKAGES=(
   # etcd backend: gRPC/protobuf code generation and libraries, etcd 3.4 server and etcdctl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   etcd-server etcd-client
-  # test certificates for the etcd TLS tests; clock faults of `fencelock torture`
-  openssl faketime
+  # test certificates for the etcd TLS tests; clock faults of `fencelock torture`; etcd's
+  # /metrics for the stream tests and the held benchmark
+  openssl faketime curl
 )
 
 missing_packages() {

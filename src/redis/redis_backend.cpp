@@ -18,7 +18,11 @@ namespace fencelock::detail {
 namespace redis {
 namespace {
 
-constexpr std::size_t kRenewChunk = 256;  // leases per renew script call (calls are pipelined)
+// Leases per renewal script call (renew_batch= in the URI; the calls of one round are pipelined).
+// Each call runs atomically on the server, about 1-4 us per lease: the batch bounds how long one
+// renewal call can stall other clients of the instance (docs/BENCHMARKS.md, "Renewal batches").
+constexpr std::size_t kDefaultRenewBatch = 1024;
+constexpr std::size_t kMaxRenewBatch = 1'000'000;
 
 std::string evalsha(std::string_view sha, std::vector<std::string> keys,
                     std::vector<std::string> args) {
@@ -56,8 +60,10 @@ struct Round1 {
 
 class RedlockBackend final : public Backend {
  public:
-  RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description)
+  RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description,
+                 std::size_t renew_batch)
       : options_(options),
+        renew_batch_(renew_batch),
         description_(std::move(description)),
         hub_(specs, wake_channel(OwnerId::random().hex()), options.connect_timeout) {
     for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
@@ -123,9 +129,9 @@ class RedlockBackend final : public Backend {
     if (items.empty()) return out;
     const Clock::time_point sent = Clock::now();
     std::vector<std::string> commands;
-    for (std::size_t start = 0; start < items.size(); start += kRenewChunk) {
+    for (std::size_t start = 0; start < items.size(); start += renew_batch_) {
       std::vector<std::string> keys, args;
-      for (std::size_t i = start; i < std::min(items.size(), start + kRenewChunk); ++i) {
+      for (std::size_t i = start; i < std::min(items.size(), start + renew_batch_); ++i) {
         keys.push_back(lock_key(items[i].key->str()));
         keys.push_back(holder_key(items[i].key->str()));
         args.push_back(items[i].owner->hex());
@@ -152,7 +158,7 @@ class RedlockBackend final : public Backend {
         }
         if (r->type != REDIS_REPLY_ARRAY) continue;
         for (std::size_t j = 0; j < r->elements; ++j) {
-          std::size_t item = c * kRenewChunk + j;
+          std::size_t item = c * renew_batch_ + j;
           if (item >= items.size()) break;
           (r->element[j]->integer == 1 ? confirmed : rejected)[item]++;
         }
@@ -429,6 +435,7 @@ class RedlockBackend final : public Backend {
   }
 
   const ClientOptions options_;
+  const std::size_t renew_batch_;
   const std::string description_;
   std::vector<std::unique_ptr<Instance>> instances_;
   ReleaseHub hub_;
@@ -473,9 +480,24 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
       }
     }
   }
-  if (!uri.query.empty()) {
-    return Status(Code::kInvalidArgument, fmt::format("malformed backend URI: unknown option '{}'",
-                                                      uri.query.begin()->first));
+  std::size_t renew_batch = kDefaultRenewBatch;
+  for (const auto& [name, value] : uri.query) {
+    if (name != "renew_batch") {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("malformed backend URI: unknown option '{}' (the only option is "
+                                "renew_batch=LEASES)",
+                                name));
+    }
+    std::size_t parsed = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+    if (error != std::errc() || end != value.data() + value.size() || parsed < 1 ||
+        parsed > kMaxRenewBatch) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("malformed backend URI: renew_batch must be a number of leases "
+                                "from 1 to {}, got '{}'",
+                                kMaxRenewBatch, value));
+    }
+    renew_batch = parsed;
   }
   auto db = parse_db(uri.path);
   if (!db.ok()) return db.status();
@@ -504,7 +526,7 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
     spec.scripts = {lua::acquire, lua::raise_fence, lua::renew, lua::release, lua::inspect};
     specs.push_back(std::move(spec));
   }
-  auto backend = std::make_unique<RedlockBackend>(specs, options, redact(uri));
+  auto backend = std::make_unique<RedlockBackend>(specs, options, redact(uri), renew_batch);
 
   // Connect now, so that bad credentials and dead servers are reported by connect().
   int reachable = 0;

@@ -36,7 +36,7 @@ namespace pb = etcdserverpb;
 class EtcdStreams : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!find_executable("curl")) GTEST_SKIP() << "curl is needed to read etcd's metrics";
+    ASSERT_TRUE(find_executable("curl")) << "curl reads etcd's metrics: run scripts/deps.sh";
     cluster_ = EtcdCluster::start(1);
     conn_ = connect();
   }

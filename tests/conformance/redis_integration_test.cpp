@@ -7,6 +7,10 @@
 #include <future>
 #include <memory>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/client_core.h"
 #include "fencelock/client.h"
@@ -197,6 +201,33 @@ TEST(RedisFaults, AServerKilledUnderAHeldLeaseFiresLostInTime) {
   EXPECT_EQ(again.code(), Code::kUnavailable) << again.status().to_string();
 }
 
+// EVALSHA calls the server has served so far (acquire, renew and release scripts alike).
+long long evalsha_calls(RedisServer& server) {
+  const std::string info = server.command({"INFO", "commandstats"});
+  const auto at = info.find("cmdstat_evalsha:calls=");
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+}
+
+// Five leases taken together are renewed in one round: one script call per renew_batch leases.
+TEST(RedisRenewBatch, ARoundSendsOneScriptCallPerRenewBatchLeases) {
+  auto server = RedisServer::start();
+  for (auto [query, calls] : {std::pair{"", 1}, std::pair{"?renew_batch=2", 3}}) {
+    Client client = connect_or_throw(server->uri() + query);
+    std::vector<Lease> leases;
+    for (int i = 0; i < 5; ++i) {
+      auto lease = client.acquire(key(fmt::format("batch/{}/{}", calls, i)), {.ttl = 3s});
+      ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+      leases.push_back(std::move(*lease));
+    }
+    const long long before = evalsha_calls(*server);
+    ASSERT_TRUE(eventually([&] { return client.metrics().renewals >= 5; }, 10s));
+    const MetricsSnapshot m = client.metrics();
+    EXPECT_EQ(m.renew_latency.count, 1u) << query << ": the five leases were due together";
+    EXPECT_EQ(m.renewals, 5u) << query;
+    EXPECT_EQ(evalsha_calls(*server) - before, calls) << query;
+  }
+}
+
 TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {
   auto server = RedisServer::start();
   Client client = connect_or_throw(server->uri(), {.io_timeout = 200ms});
@@ -264,7 +295,9 @@ TEST(RedisUri, MalformedOrUnreachableBackendsGiveClearErrors) {
   for (const char* uri :
        {"redis//127.0.0.1:6379", "redis://", "redis://127.0.0.1:0", "redis://127.0.0.1:99999",
         "redis://127.0.0.1:6379/x", "redis://a:1,b:2", "redlock://127.0.0.1:1,127.0.0.1:1",
-        "redis://127.0.0.1:6379?bogus=1", "nosuch://x"}) {
+        "redis://127.0.0.1:6379?bogus=1", "redis://127.0.0.1:6379?renew_batch=0",
+        "redis://127.0.0.1:6379?renew_batch=ten", "redis://127.0.0.1:6379?renew_batch=1000001",
+        "nosuch://x"}) {
     auto client = Client::connect(uri);
     EXPECT_EQ(client.code(), Code::kInvalidArgument)
         << uri << " -> " << client.status().to_string();
