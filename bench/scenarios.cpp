@@ -133,14 +133,17 @@ nlohmann::json run_contended(const ContendedConfig& config) {
   auto key = *LockKey::make("bench/contended");
   std::mutex mu;
   std::vector<double> waits;
+  std::vector<double> handoffs;  // a release call to the next grant, when a waiter was queued
   std::vector<double> grants(static_cast<std::size_t>(config.workers));
   std::atomic<int> failures{0};
+  // When the last holder called release(): the next grant measures its hand-off against it.
+  std::atomic<Clock::rep> released_at{0};
   auto start = Clock::now();
   auto end = start + config.duration;
   std::vector<std::thread> threads;
   for (int w = 0; w < config.workers; ++w) {
     threads.emplace_back([&, w] {
-      std::vector<double> mine;
+      std::vector<double> mine, my_handoffs;
       while (Clock::now() < end) {
         auto t0 = Clock::now();
         auto lease = clients[static_cast<std::size_t>(w)].acquire(key, {.ttl = 10s, .wait = 30s});
@@ -148,18 +151,27 @@ nlohmann::json run_contended(const ContendedConfig& config) {
           failures++;
           continue;
         }
-        mine.push_back(micros(Clock::now() - t0));
+        const auto granted = Clock::now();
+        mine.push_back(micros(granted - t0));
+        // A hand-off: this waiter was already waiting when the previous holder let go.
+        const Clock::time_point released{Clock::duration(released_at.load())};
+        if (released.time_since_epoch().count() != 0 && t0 < released) {
+          my_handoffs.push_back(micros(granted - released));
+        }
         std::this_thread::sleep_for(config.critical_section);
+        released_at.store(Clock::now().time_since_epoch().count());
         (void)lease->release();
         grants[static_cast<std::size_t>(w)]++;
       }
       std::lock_guard lock(mu);
       waits.insert(waits.end(), mine.begin(), mine.end());
+      handoffs.insert(handoffs.end(), my_handoffs.begin(), my_handoffs.end());
     });
   }
   for (auto& t : threads) t.join();
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   Summary ws = summarize(waits);
+  Summary hs = summarize(handoffs);
   double rate = static_cast<double>(ws.count) / seconds;
   double fairness = jain_fairness(grants);
   double ideal =
@@ -173,10 +185,14 @@ nlohmann::json run_contended(const ContendedConfig& config) {
       "mean)  max {:.0f} us  fairness {:.3f} (target >= 0.95)  failures {}\n",
       config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us, ws.max_us, fairness,
       failures.load());
+  fmt::print("{:<8} contended    hand-off (release call to the next grant) p50 {:.0f} us  p99 "
+             "{:.0f} us  max {:.0f} us\n",
+             config.label, hs.p50_us, hs.p99_us, hs.max_us);
   return {{"backend", config.label},    {"scenario", "contended"},
           {"workers", config.workers},  {"critical_section_us", config.critical_section.count()},
           {"grants_per_s", rate},       {"target_grants_per_s", 0.8 * ideal},
-          {"wait", summary_json(ws)},   {"fairness", fairness},
+          {"wait", summary_json(ws)},   {"handoff", summary_json(hs)},
+          {"fairness", fairness},
           {"failures", failures.load()}};
 }
 
