@@ -71,7 +71,9 @@ ServerCount redis_requests(const std::string& uri) {
 // PostgreSQL: committed transactions of the database (pg_stat_database.xact_commit). Every
 // statement fencelock sends outside a wait is one transaction, and while leases are only held
 // the only statements are renewals (lease mode) or session health checks (advisory mode).
-// PostgreSQL publishes these counters with a delay of up to a second.
+// PostgreSQL 15 publishes a backend's counters when it goes idle, at most once a second, and an
+// idle backend with pending counts flushes them within PGSTAT_IDLE_INTERVAL (10 s): run_held
+// lets the acquisitions' counts settle first.
 ServerCount postgres_requests(const std::string& uri) {
   ServerCount out;
   auto split = detail::postgres::split_postgres_uri(uri);
@@ -142,6 +144,7 @@ nlohmann::json run_held(const HeldConfig& config) {
   const double take_seconds = std::chrono::duration<double>(Clock::now() - take_start).count();
   const double rss_held = resident_bytes();
 
+  if (config.uri.starts_with("postgres")) std::this_thread::sleep_for(std::chrono::seconds(11));
   const MetricsSnapshot before = client->metrics();
   const ServerCount served_before = server_requests(config.uri);
   const auto cpu_before = process_cpu_time();
@@ -189,6 +192,7 @@ nlohmann::json run_held(const HeldConfig& config) {
                         {"leases_renewed_per_s", renewed / seconds},
                         {"client_cpu_share", cpu_share},
                         {"bytes_per_lease", bytes_per_lease},
+                        {"renewal_failures", after.renewal_failures - before.renewal_failures},
                         {"lost", lost}};
   if (servers > 0) {
     out["servers"] = servers;

@@ -157,8 +157,14 @@ void Instance::note_failure() {
 
 std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
 
-void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
+void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
+             Clock::duration stall) {
   std::vector<ContextPtr> contexts(calls.size());
+  // When each instance last made progress (its commands written, or a reply read).
+  std::vector<Clock::time_point> progress(calls.size());
+  auto deadline_of = [&](std::size_t i) {
+    return stall > Clock::duration::zero() ? std::min(deadline, progress[i] + stall) : deadline;
+  };
   // 1. Write every command to every instance before reading anything.
   for (std::size_t i = 0; i < calls.size(); ++i) {
     InstanceCall& call = calls[i];
@@ -183,6 +189,7 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
       continue;
     }
     contexts[i] = std::move(*checked_out);
+    progress[i] = Clock::now();
   }
   // 2. Collect replies from whichever instance has data, under one deadline.
   auto drain = [&](std::size_t i) {
@@ -210,14 +217,19 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
       }
     }
     if (fds.empty()) break;
-    auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
-    if (left <= milliseconds(0)) {
-      for (std::size_t i : owners) {
+    const Clock::time_point now = Clock::now();
+    Clock::time_point first_due = Clock::time_point::max();
+    bool expired = false;
+    for (std::size_t i : owners) {
+      if (deadline_of(i) <= now) {
         fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
                                                             calls[i].instance->address())));
+        expired = true;
       }
-      break;
+      first_due = std::min(first_due, deadline_of(i));
     }
+    if (expired) continue;  // poll the others again
+    auto left = std::chrono::ceil<milliseconds>(first_due - now);
     int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
     if (ready < 0 && errno != EINTR) {
       for (std::size_t i : owners) fail(i, Status(Code::kInternal, std::strerror(errno)));
@@ -226,6 +238,7 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline) {
     for (std::size_t k = 0; k < fds.size() && ready > 0; ++k) {
       if (fds[k].revents == 0) continue;
       std::size_t i = owners[k];
+      progress[i] = Clock::now();
       if (redisBufferRead(contexts[i].get()) == REDIS_ERR || !drain(i)) {
         fail(i, Status(Code::kUnavailable,
                        fmt::format("lost connection to Redis at {}: {}",

@@ -92,11 +92,15 @@ class Instance {
 struct InstanceCall {
   Instance* instance = nullptr;
   std::vector<const std::string*> commands;  // formatted with format_command
+  // The replies received, in command order; on an error, those that came before it.
   std::vector<Reply> replies;
   Status error;  // not OK when the instance could not answer every command in time
 };
 
 // Sends every call's commands to its instance, then waits for all replies until `deadline`.
-void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline);
+// With `stall` > 0 an instance also fails once it has sent no reply for `stall` (a long pipeline
+// to a busy but answering server runs on until `deadline`; a silent one fails after `stall`).
+void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
+             Clock::duration stall = Clock::duration::zero());
 
 }  // namespace fencelock::detail::redis

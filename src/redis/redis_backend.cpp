@@ -145,11 +145,13 @@ class RedlockBackend final : public Backend {
     for (auto& call : calls) {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
-    fan_out(calls, std::min(sent + options_.io_timeout,
-                            sent + shortest - drift_allowance(shortest, options_.drift_factor)));
+    // A round of many batches is a long pipeline: an instance that keeps answering may take
+    // until the shortest validity; one that goes silent for io_timeout fails (as a single call
+    // would). Replies that arrived before an instance failed still count.
+    fan_out(calls, sent + shortest - drift_allowance(shortest, options_.drift_factor),
+            options_.io_timeout);
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
-      if (!call.error.ok()) continue;
       for (std::size_t c = 0; c < call.replies.size(); ++c) {
         const redisReply* r = call.replies[c].get();
         if (r->type == REDIS_REPLY_ERROR) {

@@ -14,6 +14,7 @@
 
 #include "core/client_core.h"
 #include "fencelock/client.h"
+#include "redis/connection.h"
 #include "redis/redis_keys.h"
 #include "support/process.h"
 #include "support/redis_server.h"
@@ -226,6 +227,50 @@ TEST(RedisRenewBatch, ARoundSendsOneScriptCallPerRenewBatchLeases) {
     EXPECT_EQ(m.renewals, 5u) << query;
     EXPECT_EQ(evalsha_calls(*server) - before, calls) << query;
   }
+}
+
+// A renewal round for many leases is one long pipeline of script calls. fan_out's `stall` bound
+// fails an instance that goes silent, not one that keeps answering (which renewal used to cut
+// at io_timeout, renewing nothing, then sending everything again).
+TEST(RedisFanOut, ALongPipelineRunsPastTheStallBoundWhileRepliesKeepComing) {
+  auto server = RedisServer::start();
+  detail::redis::ConnectSpec spec;
+  spec.endpoint = {"127.0.0.1", server->port()};
+  detail::redis::Instance instance(spec);
+  // Busy for 150 ms on the server, then answers. Redis runs every command of one socket read
+  // before it writes their replies; the 40 KB argument makes each call a read of its own (as
+  // a renewal call of hundreds of keys is), so replies come one by one.
+  const std::string busy = detail::redis::format_command(
+      {"EVAL",
+       "local function ms() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end "
+       "local start = ms() while ms() - start < 150 do end return 1",
+       "0", std::string(40'000, 'x')});
+  std::vector<detail::redis::InstanceCall> calls(1);
+  calls[0].instance = &instance;
+  for (int i = 0; i < 5; ++i) calls[0].commands.push_back(&busy);
+  const auto start = Clock::now();
+  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);
+  EXPECT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
+  EXPECT_EQ(calls[0].replies.size(), 5u);
+  EXPECT_GE(Clock::now() - start, 750ms) << "five 150 ms scripts, one after the other";
+
+  // An absolute deadline cuts the pipeline; the replies that came before it are kept.
+  detail::redis::fan_out(calls, Clock::now() + 400ms);
+  EXPECT_EQ(calls[0].error.code(), Code::kDeadlineExceeded) << calls[0].error.to_string();
+  EXPECT_GE(calls[0].replies.size(), 1u) << "the first reply came at 150 ms";
+  EXPECT_LT(calls[0].replies.size(), 5u);
+
+  // A silent server fails after the stall bound, long before the deadline.
+  const std::string ping = detail::redis::format_command({"PING"});
+  calls[0].commands = {&ping};
+  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);  // a pooled connection, set up
+  ASSERT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
+  server->pause();
+  const auto paused_at = Clock::now();
+  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);
+  server->resume();
+  EXPECT_EQ(calls[0].error.code(), Code::kDeadlineExceeded) << calls[0].error.to_string();
+  EXPECT_LT(Clock::now() - paused_at, 10s);
 }
 
 TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {
