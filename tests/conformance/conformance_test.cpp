@@ -398,9 +398,15 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
   auto lease = a.acquire(k, {.ttl = 30s, .wait = 10s});
   ASSERT_TRUE(lease.ok());
   EXPECT_EQ(a.metrics().contended_grants, 0u) << "the key was free";
+  const long long before = this->harness_->acquire_attempts(name);
   std::optional<Result<Lease>> waited;
   std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
-  ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
+  // Released only after the server saw the waiter's try, and the waiter waits (a queue place,
+  // a blocked session, a key in line; a listener for the lease table, a watch in memory).
+  ASSERT_TRUE(eventually([&] {
+    return this->harness_->acquire_attempts(name) > before &&
+           this->harness_->server_waiters(name) >= 1;
+  }));
   ASSERT_TRUE(lease->release().ok());
   waiter.join();
   ASSERT_TRUE(waited->ok()) << waited->status().to_string();

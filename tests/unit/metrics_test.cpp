@@ -20,7 +20,6 @@
 
 #include "core/metrics.h"
 #include "core/reconnects.h"
-#include "memory/memory_backend.h"
 #include "fencelock/client.h"
 #include "unit/printers.h"
 #include "support/process.h"
@@ -120,28 +119,6 @@ TEST(Metrics, AWaitThatRunsOutIsContentionAndATimeoutATryOnceIsOnlyContention) {
   EXPECT_EQ(m.wait_latency.count, 1u) << "only the acquisition with wait > 0";
   EXPECT_GE(m.wait_latency.sum, 30ms) << "it waited the whole wait";
   EXPECT_EQ(holder.metrics().contended, 0u);
-}
-
-// On every backend: Conformance.Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant.
-TEST(Metrics, AGrantAfterFindingTheKeyHeldIsAContendedGrantAFreeKeyIsNot) {
-  Client holder = connect("memory://metrics-contended-grant");
-  Client waiter = connect("memory://metrics-contended-grant");
-  auto first = holder.acquire(key("jobs"), {.wait = 30s});
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(holder.metrics().contended_grants, 0u) << "nobody held 'jobs' yet";
-  std::optional<Result<Lease>> second;
-  std::thread t([&] { second.emplace(waiter.acquire(key("jobs"), {.wait = 30s})); });
-  // The holder's try and the waiter's first (refused) try.
-  ASSERT_TRUE(eventually(
-      [&] { return detail::memory_stats("metrics-contended-grant", "jobs").attempts >= 2; }));
-  ASSERT_TRUE(first->release().ok());
-  t.join();
-  ASSERT_TRUE(second->ok()) << second->status().to_string();
-  MetricsSnapshot m = waiter.metrics();
-  EXPECT_EQ(m.grants, 1u);
-  EXPECT_EQ(m.contended_grants, 1u);
-  EXPECT_EQ(m.contended, 0u) << "granted in the end: not kLocked";
-  EXPECT_EQ(holder.metrics().contended_grants, 0u);
 }
 
 TEST(ReconnectCounter, CountsOneRecoveryPerOutageAndNotTheFirstConnection) {
