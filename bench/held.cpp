@@ -2,11 +2,13 @@
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
-#include <string_view>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -35,9 +37,9 @@ double resident_bytes() {
 
 // What the servers of one backend served so far, summed over its servers.
 struct ServerCount {
-  double requests = 0;   // requests that renewal sends (see server_requests)
-  double busy_us = 0;    // Redis only: server time spent in those requests
-  int servers = 0;       // servers that answered
+  double requests = 0;  // requests that renewal sends (see server_requests)
+  double busy_us = 0;   // Redis only: server time spent in those requests
+  int servers = 0;      // servers that answered
 };
 
 // Redis and Redlock: EVALSHA calls and their server time (INFO commandstats); renewal is one
@@ -80,8 +82,9 @@ ServerCount postgres_requests(const std::string& uri) {
   if (!split.ok()) return out;
   PGconn* c = PQconnectdb(split->conninfo.c_str());
   if (PQstatus(c) == CONNECTION_OK) {
-    PGresult* r = PQexec(c, "SELECT pg_stat_force_next_flush(), xact_commit FROM pg_stat_database "
-                            "WHERE datname = current_database()");
+    PGresult* r = PQexec(c,
+                         "SELECT pg_stat_force_next_flush(), xact_commit FROM pg_stat_database "
+                         "WHERE datname = current_database()");
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
       out.requests = std::stod(PQgetvalue(r, 0, 1));
       out.servers = 1;
@@ -92,6 +95,31 @@ ServerCount postgres_requests(const std::string& uri) {
   return out;
 }
 
+// Standard output of a program run with `argv` (no shell), or "" when it cannot be run.
+std::string output_of(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  std::string out;
+  char buffer[4096];
+  for (ssize_t n; spawned == 0 && (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) {
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  if (spawned == 0) ::waitpid(pid, nullptr, 0);
+  return out;
+}
+
 // etcd: LeaseKeepAlive messages the members received (their /metrics, read with curl).
 ServerCount etcd_requests(const std::string& uri) {
   ServerCount out;
@@ -99,18 +127,14 @@ ServerCount etcd_requests(const std::string& uri) {
       "grpc_server_msg_received_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb."
       "Lease\",grpc_type=\"bidi_stream\"} ";
   for (const auto& ep : endpoints_of(uri)) {
-    const std::string command = fmt::format("curl -s --max-time 5 http://{}/metrics", ep);
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) continue;
-    char line[4096];
-    while (std::fgets(line, sizeof line, pipe) != nullptr) {
-      std::string_view text(line);
-      if (text.starts_with(series)) {
-        out.requests += std::stod(std::string(text.substr(series.size())));
+    std::istringstream lines(
+        output_of({"curl", "-s", "--max-time", "5", fmt::format("http://{}/metrics", ep)}));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with(series)) {
+        out.requests += std::stod(line.substr(series.size()));
         out.servers++;
       }
     }
-    ::pclose(pipe);
   }
   return out;
 }
@@ -135,8 +159,8 @@ nlohmann::json run_held(const HeldConfig& config) {
     auto key = LockKey::make(fmt::format("bench/held/{}/{}", config.leases, i));
     auto lease = client->acquire(*key, {.ttl = config.ttl});
     if (!lease.ok()) {
-      throw std::runtime_error(fmt::format("held: lease {} of {}: {}", i, config.leases,
-                                           lease.status().to_string()));
+      throw std::runtime_error(
+          fmt::format("held: lease {} of {}: {}", i, config.leases, lease.status().to_string()));
     }
     held.push_back(std::move(*lease));
     if ((i + 1) % 10'000 == 0) std::fprintf(stderr, "held: %d leases taken\n", i + 1);
@@ -177,8 +201,7 @@ nlohmann::json run_held(const HeldConfig& config) {
       "lost {}\n",
       config.label, config.leases, config.ttl.count() / 1000, rounds / seconds, renewed / seconds,
       servers > 0 ? fmt::format("{:.1f} ({:.1f} per server)", per_round, per_server_round) : "n/a",
-      100 * cpu_share,
-      bytes_per_lease, lost);
+      100 * cpu_share, bytes_per_lease, lost);
   nlohmann::json out = {{"backend", config.label},
                         {"scenario", "held"},
                         {"leases", config.leases},

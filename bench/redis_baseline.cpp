@@ -18,6 +18,8 @@ std::vector<std::string> endpoints_of(const std::string& uri) {
   auto sep = uri.find("://");
   std::string rest = uri.substr(sep + 3);
   rest = rest.substr(0, rest.find_first_of("/?"));
+  if (auto at = rest.rfind('@'); at != std::string::npos)
+    rest = rest.substr(at + 1);  // no user:pass
   std::vector<std::string> out;
   std::size_t start = 0;
   while (start <= rest.size()) {

@@ -32,12 +32,8 @@ Client connect(const std::string& uri) {
 }
 
 nlohmann::json summary_json(const Summary& s) {
-  return {{"count", s.count},
-          {"mean_us", s.mean_us},
-          {"p50_us", s.p50_us},
-          {"p99_us", s.p99_us},
-          {"p999_us", s.p999_us},
-          {"max_us", s.max_us},
+  return {{"count", s.count},   {"mean_us", s.mean_us}, {"p50_us", s.p50_us},
+          {"p99_us", s.p99_us}, {"p999_us", s.p999_us}, {"max_us", s.max_us},
           {"cdf", s.cdf}};
 }
 
@@ -185,15 +181,15 @@ nlohmann::json run_contended(const ContendedConfig& config) {
       "mean)  max {:.0f} us  fairness {:.3f} (target >= 0.95)  failures {}\n",
       config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us, ws.max_us, fairness,
       failures.load());
-  fmt::print("{:<8} contended    hand-off (release call to the next grant) p50 {:.0f} us  p99 "
-             "{:.0f} us  max {:.0f} us\n",
-             config.label, hs.p50_us, hs.p99_us, hs.max_us);
-  return {{"backend", config.label},    {"scenario", "contended"},
-          {"workers", config.workers},  {"critical_section_us", config.critical_section.count()},
-          {"grants_per_s", rate},       {"target_grants_per_s", 0.8 * ideal},
-          {"wait", summary_json(ws)},   {"handoff", summary_json(hs)},
-          {"fairness", fairness},
-          {"failures", failures.load()}};
+  fmt::print(
+      "{:<8} contended    hand-off (release call to the next grant) p50 {:.0f} us  p99 "
+      "{:.0f} us  max {:.0f} us\n",
+      config.label, hs.p50_us, hs.p99_us, hs.max_us);
+  return {{"backend", config.label},   {"scenario", "contended"},
+          {"workers", config.workers}, {"critical_section_us", config.critical_section.count()},
+          {"grants_per_s", rate},      {"target_grants_per_s", 0.8 * ideal},
+          {"wait", summary_json(ws)},  {"handoff", summary_json(hs)},
+          {"fairness", fairness},      {"failures", failures.load()}};
 }
 
 namespace {
@@ -244,13 +240,13 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
                         {"sequential_cycles_per_s", config.sequential_cycles_per_s}};
   if (config.uri.starts_with("etcd")) {
     EtcdBaseline bare(config.uri);
-    auto [base_rate, base_failures] =
-        concurrent_cycles(config.lockers, config.duration, [&](int t) {
-          return bare.cycle(fmt::format("bench/throughput-base/{}", t));
-        });
-    fmt::print("{:<8} throughput   {} lockers, distinct keys: baseline  {:>7.0f} cycles/s  "
-               "ratio {:.2f}x  failures {}\n",
-               config.label, config.lockers, base_rate, rate / base_rate, base_failures);
+    auto [base_rate, base_failures] = concurrent_cycles(
+        config.lockers, config.duration,
+        [&](int t) { return bare.cycle(fmt::format("bench/throughput-base/{}", t)); });
+    fmt::print(
+        "{:<8} throughput   {} lockers, distinct keys: baseline  {:>7.0f} cycles/s  "
+        "ratio {:.2f}x  failures {}\n",
+        config.label, config.lockers, base_rate, rate / base_rate, base_failures);
     out["baseline"] = {{"cycles_per_s", base_rate}, {"failures", base_failures}};
   }
   return out;

@@ -2,8 +2,9 @@
 # Measures the server-side ceiling for the commands fencelock sends, with the servers' own stock
 # load tools, on the local servers of scripts/servers.sh (started if needed), so that
 # docs/BENCHMARKS.md can set fencelock's `throughput` scenario (cycles/s vs concurrent lockers)
-# beside it. One cycle = acquire + release of a free key; the tools parse nothing but the reply
-# counts, so these are upper bounds for a client library on the same machine.
+# beside it. One cycle = acquire + release of a free key. The tools do little besides sending, so
+# they show the servers' capacity for these commands; not a strict upper bound for fencelock,
+# whose lockers reuse their keys (see the Redis method below and docs/BENCHMARKS.md).
 #
 #   scripts/ceiling.sh [OUT.jsonl] [--seconds N] [--clients 1,4,16,64,256] [--only LABEL,...]
 #

@@ -86,14 +86,15 @@ struct MetricsSnapshot {
   std::uint64_t losses = 0;
   // Per lease and renewal round: renewals the backend confirmed.
   std::uint64_t renewals = 0;
-  // Connections to a server opened again after one to the same place failed (Redis command
-  // connections and PostgreSQL sessions reopened, an etcd call that succeeded after failing over
-  // or reconnecting). Counted once per recovery, not per retry while the server stays down.
-  std::uint64_t reconnects = 0;
-
   // Per lease and renewal round: renewals rejected or not confirmed (servers slow or unreachable;
   // such a lease is retried until its validity ends).
   std::uint64_t renewal_failures = 0;
+
+  // Connections to a server opened again after one to the same place broke or was refused
+  // (Redis command connections, PostgreSQL connections and sessions), or etcd calls that
+  // succeeded after failing over or reconnecting. Counted once per recovery, not per retry
+  // while the server stays down; a call that only timed out is not a reconnect.
+  std::uint64_t reconnects = 0;
 
   // Client::acquire() calls, from the call to its return, whatever the outcome.
   LatencyHistogram acquire_latency;

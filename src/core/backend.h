@@ -58,6 +58,9 @@ struct RenewItem {
   const LockKey* key;
   const OwnerId* owner;
   milliseconds ttl;
+  // When the lease's lost() fires unless this renewal is confirmed first (its validity minus
+  // the watchdog's guard): a confirmation after it is of no use.
+  Clock::time_point renew_by = Clock::time_point::max();
 };
 
 // Per item of a renew_all() call.

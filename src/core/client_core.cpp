@@ -66,8 +66,7 @@ MetricsSnapshot ClientCore::metrics_snapshot() const {
 
 Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey& key,
                                                                    const AcquireOptions& options,
-                                                                   bool campaign,
-                                                                   bool& contended) {
+                                                                   bool campaign, bool& contended) {
   if (Status st = validate(options); !st.ok()) return st;
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = Clock::now() + options.wait;
@@ -84,9 +83,9 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   const OwnerId owner = OwnerId::random();
   const std::string& metadata =
       options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
-  auto grant = backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait,
-                                             deadline, options.stop, options_.io_timeout,
-                                             options.shared, campaign});
+  auto grant =
+      backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
+                                    options.stop, options_.io_timeout, options.shared, campaign});
   if (!grant.ok()) return grant.status();
   contended = contended || grant->contended;
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);

@@ -42,8 +42,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                          bool campaign, bool& contended);
   Result<std::shared_ptr<LeaseState>> acquire_as_head(const LockKey& key,
                                                       const AcquireOptions& options,
-                                                      Clock::time_point deadline,
-                                                      bool campaign, bool& contended);
+                                                      Clock::time_point deadline, bool campaign,
+                                                      bool& contended);
 
   // Declaration order is destruction order reversed: the renewer stops before the backend and
   // the metrics it records into go.

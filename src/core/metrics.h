@@ -38,7 +38,7 @@ class Metrics {
 
   // One Client::acquire() call that ended with `code`; `waited`: AcquireOptions::wait > 0;
   // `contended`: it found the key held before it was granted.
-  void record_acquire(Code code, bool waited, Duration elapsed, bool contended = false) noexcept;
+  void record_acquire(Code code, bool waited, Duration elapsed, bool contended) noexcept;
   // One release sent to the servers.
   void record_release(Code code, Duration elapsed) noexcept;
   // One renewal round: its duration and, per lease in it, whether the renewal was confirmed.

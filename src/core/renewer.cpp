@@ -107,7 +107,10 @@ void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
   }
   std::vector<RenewItem> items;
   items.reserve(due.size());
-  for (const auto& lease : due) items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl});
+  for (const auto& lease : due) {
+    items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl,
+                              lease->valid_until() - lost_guard(lease->ttl)});
+  }
   ++rounds_;
   lock.unlock();
   const Clock::time_point sent_at = Clock::now();

@@ -39,7 +39,7 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     TryResult attempt = backend.try_acquire(
         GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
     if (attempt.grant) {
-      attempt.grant->contended = found_held;
+      attempt.grant->contended = attempt.grant->contended || found_held;
       return *attempt.grant;
     }
     // Errors: the backend already released what the try took; leave the queue place too.

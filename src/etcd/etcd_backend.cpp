@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-#include <system_error>
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -728,7 +728,8 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Pars
     auto pem = read_pem(name, path);
     if (!pem.ok()) return pem.status();
     (name == "cacert" ? ssl.pem_root_certs
-                      : name == "cert" ? ssl.pem_cert_chain : ssl.pem_private_key) = *pem;
+     : name == "cert" ? ssl.pem_cert_chain
+                      : ssl.pem_private_key) = *pem;
   }
   if (ssl.pem_cert_chain.empty() != ssl.pem_private_key.empty()) {
     return Status(Code::kInvalidArgument,
@@ -762,9 +763,9 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
     }
   }
   if (!uri.user.empty() && !uri.has_password) {
-    return Status(Code::kInvalidArgument,
-                  uri.scheme + ":// with a user needs a password (user:password@ or "
-                               "FENCELOCK_ETCD_PASSWORD)");
+    return Status(Code::kInvalidArgument, uri.scheme +
+                                              ":// with a user needs a password (user:password@ or "
+                                              "FENCELOCK_ETCD_PASSWORD)");
   }
   std::vector<std::string> endpoints;
   for (const auto& endpoint : uri.endpoints) endpoints.push_back(etcd::endpoint_text(endpoint));

@@ -158,19 +158,18 @@ void Instance::note_failure() {
 std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
 
 void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
-             Clock::duration stall) {
+             const PipelineLimits& limits) {
+  const bool stalls = limits.stall > Clock::duration::zero();
   std::vector<ContextPtr> contexts(calls.size());
-  // When each instance last made progress (its commands written, or a reply read).
+  // When each instance last made progress: reading began, or a reply came.
   std::vector<Clock::time_point> progress(calls.size());
-  auto deadline_of = [&](std::size_t i) {
-    return stall > Clock::duration::zero() ? std::min(deadline, progress[i] + stall) : deadline;
-  };
   // 1. Write every command to every instance before reading anything.
   for (std::size_t i = 0; i < calls.size(); ++i) {
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
-    auto checked_out = call.instance->checkout(deadline);
+    auto checked_out = call.instance->checkout(
+        stalls ? std::min(deadline, Clock::now() + limits.stall) : deadline);
     if (!checked_out.ok()) {
       call.error = checked_out.status();
       continue;
@@ -189,8 +188,24 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
       continue;
     }
     contexts[i] = std::move(*checked_out);
-    progress[i] = Clock::now();
   }
+  // Stall clocks start together, once every instance has its commands (writes and connects to
+  // the others took their time).
+  std::fill(progress.begin(), progress.end(), Clock::now());
+  auto answered = [&](std::size_t i) {
+    return calls[i].error.ok() && calls[i].replies.size() == calls[i].commands.size();
+  };
+  // Whether limits.enough instances have answered everything.
+  auto enough_answered = [&] {
+    if (limits.enough == 0) return false;
+    std::size_t complete = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) complete += answered(i) ? 1 : 0;
+    return complete >= limits.enough;
+  };
+  auto deadline_of = [&](std::size_t i, bool majority_done) {
+    Clock::time_point due = stalls ? std::min(deadline, progress[i] + limits.stall) : deadline;
+    return majority_done ? std::min(due, limits.enough_by) : due;
+  };
   // 2. Collect replies from whichever instance has data, under one deadline.
   auto drain = [&](std::size_t i) {
     while (calls[i].replies.size() < calls[i].commands.size()) {
@@ -217,19 +232,11 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
       }
     }
     if (fds.empty()) break;
-    const Clock::time_point now = Clock::now();
     Clock::time_point first_due = Clock::time_point::max();
-    bool expired = false;
-    for (std::size_t i : owners) {
-      if (deadline_of(i) <= now) {
-        fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
-                                                            calls[i].instance->address())));
-        expired = true;
-      }
-      first_due = std::min(first_due, deadline_of(i));
-    }
-    if (expired) continue;  // poll the others again
-    auto left = std::chrono::ceil<milliseconds>(first_due - now);
+    const bool was_enough = enough_answered();
+    for (std::size_t i : owners) first_due = std::min(first_due, deadline_of(i, was_enough));
+    auto left =
+        std::max(std::chrono::ceil<milliseconds>(first_due - Clock::now()), milliseconds(0));
     int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
     if (ready < 0 && errno != EINTR) {
       for (std::size_t i : owners) fail(i, Status(Code::kInternal, std::strerror(errno)));
@@ -244,6 +251,14 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
                        fmt::format("lost connection to Redis at {}: {}",
                                    calls[i].instance->address(), contexts[i]->errstr)));
         calls[i].instance->note_failure();
+      }
+    }
+    // Whoever is still due and out of time fails, after what had arrived was read.
+    const bool now_enough = enough_answered();
+    for (std::size_t i : owners) {
+      if (contexts[i] && !answered(i) && deadline_of(i, now_enough) <= Clock::now()) {
+        fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
+                                                            calls[i].instance->address())));
       }
     }
   }

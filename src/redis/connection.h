@@ -97,10 +97,20 @@ struct InstanceCall {
   Status error;  // not OK when the instance could not answer every command in time
 };
 
-// Sends every call's commands to its instance, then waits for all replies until `deadline`.
-// With `stall` > 0 an instance also fails once it has sent no reply for `stall` (a long pipeline
-// to a busy but answering server runs on until `deadline`; a silent one fails after `stall`).
+// Bounds for a long pipeline (a renewal round), besides fan_out's deadline.
+struct PipelineLimits {
+  // An instance that sends no reply for this long fails, as does a connect that takes longer
+  // (zero: only the deadline). A busy server that keeps answering runs on until the deadline.
+  Clock::duration stall = Clock::duration::zero();
+  // Once `enough` instances (a majority) have answered every command, the others fail at
+  // `enough_by` (or at once if it has passed): one slow instance cannot hold the round open.
+  std::size_t enough = 0;
+  Clock::time_point enough_by = Clock::time_point::max();
+};
+
+// Sends every call's commands to its instance, then waits for all replies until `deadline`
+// (and the limits). Replies that arrived before an instance failed stay in its `replies`.
 void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
-             Clock::duration stall = Clock::duration::zero());
+             const PipelineLimits& limits = {});
 
 }  // namespace fencelock::detail::redis

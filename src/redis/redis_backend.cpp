@@ -140,16 +140,26 @@ class RedlockBackend final : public Backend {
       commands.push_back(evalsha(lua::renew_sha1, std::move(keys), std::move(args)));
     }
     milliseconds shortest = items[0].ttl;
-    for (const auto& item : items) shortest = std::min(shortest, item.ttl);
+    Clock::time_point renew_by = Clock::time_point::max();
+    for (const auto& item : items) {
+      shortest = std::min(shortest, item.ttl);
+      renew_by = std::min(renew_by, item.renew_by);
+    }
     std::vector<InstanceCall> calls = calls_to_all(nullptr);
     for (auto& call : calls) {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
-    // A round of many batches is a long pipeline: an instance that keeps answering may take
-    // until the shortest validity; one that goes silent for io_timeout fails (as a single call
-    // would). Replies that arrived before an instance failed still count.
-    fan_out(calls, sent + shortest - drift_allowance(shortest, options_.drift_factor),
-            options_.io_timeout);
+    // A round of many batches is a long pipeline. An instance that keeps answering may take
+    // until the first lease of the round would be declared lost (io_timeout at least); one
+    // that is silent for io_timeout fails (as a single call would); once a majority has
+    // answered everything, the others have until io_timeout after the start. Replies that
+    // came before a failure count.
+    fan_out(calls,
+            std::min(std::max(renew_by, sent + options_.io_timeout),
+                     sent + shortest - drift_allowance(shortest, options_.drift_factor)),
+            PipelineLimits{.stall = options_.io_timeout,
+                           .enough = static_cast<std::size_t>(quorum(n())),
+                           .enough_by = sent + options_.io_timeout});
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       for (std::size_t c = 0; c < call.replies.size(); ++c) {

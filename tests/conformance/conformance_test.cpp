@@ -300,7 +300,7 @@ TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
   auto lease = a.acquire(k, {.ttl = 30s});
   ASSERT_TRUE(lease.ok());
   std::optional<Result<Lease>> waited;
-  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
+  std::jthread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
   ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
   long long before = this->harness_->acquire_attempts(name);
   // Hold on for a while: a polling waiter would try many times in this window.
@@ -342,7 +342,7 @@ TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
   ASSERT_TRUE(lease.ok());
   std::stop_source cancel;
   std::optional<Result<Lease>> waited;
-  std::thread waiter(
+  std::jthread waiter(
       [&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 30s, .stop = cancel.get_token()})); });
   ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
   auto cancelled_at = Clock::now();
@@ -400,7 +400,7 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
   EXPECT_EQ(a.metrics().contended_grants, 0u) << "the key was free";
   const long long before = this->harness_->acquire_attempts(name);
   std::optional<Result<Lease>> waited;
-  std::thread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
+  std::jthread waiter([&] { waited.emplace(b.acquire(k, {.ttl = 30s, .wait = 20s})); });
   // Released only after the server saw the waiter's try, and the waiter waits (a queue place,
   // a blocked session, a key in line; a listener for the lease table, a watch in memory).
   ASSERT_TRUE(eventually([&] {

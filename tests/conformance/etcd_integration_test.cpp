@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -234,8 +234,8 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
   }
   ASSERT_TRUE(eventually(
       [&] {
-        return keys_in(cluster_->etcdctl({"get", "failover-contended/", "--prefix",
-                                          "--keys-only"})) == 4;
+        return keys_in(cluster_->etcdctl(
+                   {"get", "failover-contended/", "--prefix", "--keys-only"})) == 4;
       },
       10s));
   cluster_->kill(cluster_->leader());
@@ -411,8 +411,7 @@ TEST(EtcdTls, EtcdsWithCaAndClientCertificateWorksAndEveryMisconfigurationIsACle
       << missing.status().message();
   EXPECT_EQ(Client::connect("etcds://" + hosts + "?cert=" + tls.client_cert).code(),
             Code::kInvalidArgument);
-  EXPECT_EQ(Client::connect("etcds://" + hosts + "?certificate=x").code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(Client::connect("etcds://" + hosts + "?certificate=x").code(), Code::kInvalidArgument);
   EXPECT_EQ(Client::connect("etcd://" + hosts + "?cacert=" + tls.ca).code(),
             Code::kInvalidArgument);
   cluster.reset();

@@ -229,48 +229,99 @@ TEST(RedisRenewBatch, ARoundSendsOneScriptCallPerRenewBatchLeases) {
   }
 }
 
-// A renewal round for many leases is one long pipeline of script calls. fan_out's `stall` bound
-// fails an instance that goes silent, not one that keeps answering (which renewal used to cut
-// at io_timeout, renewing nothing, then sending everything again).
+// A renewal round for many leases is one long pipeline of script calls. fan_out's stall bound
+// fails an instance that goes silent, not one that keeps answering (renewal used to cut such a
+// round at io_timeout, renewing nothing, then send everything again).
 TEST(RedisFanOut, ALongPipelineRunsPastTheStallBoundWhileRepliesKeepComing) {
+  using detail::redis::fan_out;
+  using detail::redis::PipelineLimits;
   auto server = RedisServer::start();
   detail::redis::ConnectSpec spec;
   spec.endpoint = {"127.0.0.1", server->port()};
   detail::redis::Instance instance(spec);
-  // Busy for 150 ms on the server, then answers. Redis runs every command of one socket read
+  // Busy for 250 ms on the server, then answers. Redis runs every command of one socket read
   // before it writes their replies; the 40 KB argument makes each call a read of its own (as
   // a renewal call of hundreds of keys is), so replies come one by one.
   const std::string busy = detail::redis::format_command(
       {"EVAL",
        "local function ms() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end "
-       "local start = ms() while ms() - start < 150 do end return 1",
+       "local start = ms() while ms() - start < 250 do end return 1",
        "0", std::string(40'000, 'x')});
   std::vector<detail::redis::InstanceCall> calls(1);
   calls[0].instance = &instance;
-  for (int i = 0; i < 5; ++i) calls[0].commands.push_back(&busy);
+  for (int i = 0; i < 8; ++i) calls[0].commands.push_back(&busy);
   const auto start = Clock::now();
-  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);
+  fan_out(calls, Clock::now() + 60s, PipelineLimits{.stall = 1500ms});
   EXPECT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
-  EXPECT_EQ(calls[0].replies.size(), 5u);
-  EXPECT_GE(Clock::now() - start, 750ms) << "five 150 ms scripts, one after the other";
+  EXPECT_EQ(calls[0].replies.size(), 8u);
+  EXPECT_GE(Clock::now() - start, 2s) << "eight 250 ms scripts, one after the other";
 
   // An absolute deadline cuts the pipeline; the replies that came before it are kept.
-  detail::redis::fan_out(calls, Clock::now() + 400ms);
+  fan_out(calls, Clock::now() + 1s);
   EXPECT_EQ(calls[0].error.code(), Code::kDeadlineExceeded) << calls[0].error.to_string();
-  EXPECT_GE(calls[0].replies.size(), 1u) << "the first reply came at 150 ms";
-  EXPECT_LT(calls[0].replies.size(), 5u);
+  EXPECT_GE(calls[0].replies.size(), 1u) << "the first reply came at 250 ms";
+  EXPECT_LT(calls[0].replies.size(), 8u);
 
   // A silent server fails after the stall bound, long before the deadline.
   const std::string ping = detail::redis::format_command({"PING"});
   calls[0].commands = {&ping};
-  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);  // a pooled connection, set up
+  fan_out(calls, Clock::now() + 60s, PipelineLimits{.stall = 1500ms});  // a pooled connection
   ASSERT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
   server->pause();
   const auto paused_at = Clock::now();
-  detail::redis::fan_out(calls, Clock::now() + 30s, 400ms);
+  fan_out(calls, Clock::now() + 60s, PipelineLimits{.stall = 1500ms});
   server->resume();
   EXPECT_EQ(calls[0].error.code(), Code::kDeadlineExceeded) << calls[0].error.to_string();
-  EXPECT_LT(Clock::now() - paused_at, 10s);
+  EXPECT_LT(Clock::now() - paused_at, 30s);
+}
+
+// Once a majority has answered everything, a minority instance that is still busy or silent
+// gets only until `enough_by`: it cannot hold a renewal round open past the leases' validity.
+TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) {
+  using detail::redis::fan_out;
+  using detail::redis::PipelineLimits;
+  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
+  for (int i = 0; i < 3; ++i) {
+    detail::redis::ConnectSpec spec;
+    spec.endpoint = {"127.0.0.1", (*cluster_)[i].port()};
+    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
+  }
+  const std::string ping = detail::redis::format_command({"PING"});
+  std::vector<detail::redis::InstanceCall> calls(3);
+  for (int i = 0; i < 3; ++i) calls[i] = {instances[i].get(), {&ping}, {}, Status::Ok()};
+  fan_out(calls, Clock::now() + 60s);  // pooled connections
+  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+  (*cluster_)[2].pause();
+  const auto start = Clock::now();
+  fan_out(calls, start + 60s,
+          PipelineLimits{.stall = 30s, .enough = 2, .enough_by = start + 300ms});
+  const auto took = Clock::now() - start;
+  (*cluster_)[2].resume();
+  EXPECT_TRUE(calls[0].error.ok() && calls[1].error.ok());
+  EXPECT_EQ(calls[2].error.code(), Code::kDeadlineExceeded) << calls[2].error.to_string();
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 20s) << "the paused instance held the round open";
+}
+
+// The same through the renewer: leases renewed one script call each (renew_batch=1) stay held
+// while one instance of three is paused for two TTLs.
+TEST_F(RedlockFaults, LeasesStayHeldWhileOneInstanceIsPausedForTwoTtls) {
+  Client client =
+      connect_or_throw(cluster_->redlock_uri() + "?renew_batch=1", {.io_timeout = 300ms});
+  std::vector<Lease> leases;
+  for (int i = 0; i < 10; ++i) {
+    auto lease = client.acquire(key(fmt::format("paused-minority/{}", i)), {.ttl = 2s});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    leases.push_back(std::move(*lease));
+  }
+  const auto before = client.metrics().renewals;
+  (*cluster_)[1].pause();
+  // Two TTLs of renewal rounds (one every TTL/3 per lease) while the instance is paused.
+  const bool renewed = eventually([&] { return client.metrics().renewals >= before + 60; }, 30s);
+  (*cluster_)[1].resume();
+  ASSERT_TRUE(renewed) << "renewals stopped while one instance of three was paused";
+  EXPECT_EQ(client.metrics().losses, 0u);
+  for (const auto& lease : leases) EXPECT_FALSE(lease.is_lost());
 }
 
 TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {

@@ -21,8 +21,8 @@
 #include "core/metrics.h"
 #include "core/reconnects.h"
 #include "fencelock/client.h"
-#include "unit/printers.h"
 #include "support/process.h"
+#include "unit/printers.h"
 
 namespace fencelock {
 namespace {
