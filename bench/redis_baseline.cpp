@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/uri.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
 #include "redis_scripts.h"
@@ -15,19 +16,10 @@ namespace keys = detail::redis;
 namespace lua = detail::lua;
 
 std::vector<std::string> endpoints_of(const std::string& uri) {
-  auto sep = uri.find("://");
-  std::string rest = uri.substr(sep + 3);
-  rest = rest.substr(0, rest.find_first_of("/?"));
-  if (auto at = rest.rfind('@'); at != std::string::npos)
-    rest = rest.substr(at + 1);  // no user:pass
+  auto parsed = detail::parse_uri(uri, uri.starts_with("etcd") ? 2379 : 6379);
+  if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
   std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= rest.size()) {
-    auto comma = rest.find(',', start);
-    out.push_back(rest.substr(start, comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
+  for (const auto& ep : parsed->endpoints) out.push_back(fmt::format("{}:{}", ep.host, ep.port));
   return out;
 }
 

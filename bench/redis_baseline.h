@@ -31,8 +31,8 @@ class RedisBaseline {
   std::uint64_t counter_ = 0;
 };
 
-// "redis://h:p" or "redlock://[user:pass@]h1:p1,h2:p2[/db][?opts]" -> {"h:p", ...} (the
-// credentials are dropped; the baselines do not log in).
+// The "host:port" of every server in a backend URI (core/uri.h parses it; credentials and
+// options are dropped: the baselines do not log in).
 std::vector<std::string> endpoints_of(const std::string& uri);
 
 }  // namespace fencelock::bench

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -202,13 +205,6 @@ TEST(RedisFaults, AServerKilledUnderAHeldLeaseFiresLostInTime) {
   EXPECT_EQ(again.code(), Code::kUnavailable) << again.status().to_string();
 }
 
-// EVALSHA calls the server has served so far (acquire, renew and release scripts alike).
-long long evalsha_calls(RedisServer& server) {
-  const std::string info = server.command({"INFO", "commandstats"});
-  const auto at = info.find("cmdstat_evalsha:calls=");
-  return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
-}
-
 // Five leases taken together are renewed in one round: one script call per renew_batch leases.
 TEST(RedisRenewBatch, ARoundSendsOneScriptCallPerRenewBatchLeases) {
   auto server = RedisServer::start();
@@ -220,12 +216,12 @@ TEST(RedisRenewBatch, ARoundSendsOneScriptCallPerRenewBatchLeases) {
       ASSERT_TRUE(lease.ok()) << lease.status().to_string();
       leases.push_back(std::move(*lease));
     }
-    const long long before = evalsha_calls(*server);
+    const long long before = server->command_count("evalsha");
     ASSERT_TRUE(eventually([&] { return client.metrics().renewals >= 5; }, 10s));
     const MetricsSnapshot m = client.metrics();
     EXPECT_EQ(m.renew_latency.count, 1u) << query << ": the five leases were due together";
     EXPECT_EQ(m.renewals, 5u) << query;
-    EXPECT_EQ(evalsha_calls(*server) - before, calls) << query;
+    EXPECT_EQ(server->command_count("evalsha") - before, calls) << query;
   }
 }
 
@@ -322,6 +318,34 @@ TEST_F(RedlockFaults, LeasesStayHeldWhileOneInstanceIsPausedForTwoTtls) {
   ASSERT_TRUE(renewed) << "renewals stopped while one instance of three was paused";
   EXPECT_EQ(client.metrics().losses, 0u);
   for (const auto& lease : leases) EXPECT_FALSE(lease.is_lost());
+}
+
+// Guarantee 4 with a renewal round that may run long: io_timeout (5 s) exceeds the TTL, so the
+// round against the paused server is bounded only by the lease's validity; lost() must still
+// fire before valid_until().
+TEST(RedisFaults, APausedServerFiresLostBeforeValidityEvenWhenIoTimeoutExceedsTheTtl) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri(), {.io_timeout = 5s});
+  auto lease = client.acquire(key("paused-long-io"), {.ttl = 900ms});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Clock::time_point> fired;
+  lease->on_lost([&] {
+    std::lock_guard lock(mu);
+    fired = Clock::now();
+    cv.notify_all();
+  });
+  server->pause();
+  bool lost = false;
+  {
+    std::unique_lock lock(mu);
+    lost = cv.wait_for(lock, 10s, [&] { return fired.has_value(); });
+  }
+  server->resume();
+  ASSERT_TRUE(lost) << "lost() never fired";
+  EXPECT_LE(*fired, lease->valid_until()) << "lost() came after the validity it promised";
+  EXPECT_TRUE(lease->is_lost());
 }
 
 TEST(RedisFaults, APausedServerMakesAcquireTimeOutWithDeadlineExceeded) {
