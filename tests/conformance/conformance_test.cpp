@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "conformance/harness.h"
 #include "core/client_core.h"
 #include "fencelock/client.h"
+#include "support/lost_probe.h"
 #include "support/process.h"
 
 namespace fencelock::testing {
@@ -22,31 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-// Records when a lease's lost() fired, and lets a test wait for it.
-class LostProbe {
- public:
-  explicit LostProbe(Lease& lease) {
-    lease.on_lost([this] {
-      std::lock_guard lock(mu_);
-      fired_at_ = Clock::now();
-      cv_.notify_all();
-    });
-  }
-  bool wait(std::chrono::milliseconds limit) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, limit, [&] { return fired_at_.has_value(); });
-  }
-  std::optional<Clock::time_point> fired_at() {
-    std::lock_guard lock(mu_);
-    return fired_at_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<Clock::time_point> fired_at_;
-};
 
 template <typename Tag>
 class Conformance : public ::testing::Test {

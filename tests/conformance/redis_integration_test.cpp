@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "fencelock/client.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
+#include "support/lost_probe.h"
 #include "support/process.h"
 #include "support/redis_server.h"
 
@@ -186,20 +186,10 @@ TEST(RedisFaults, AServerKilledUnderAHeldLeaseFiresLostInTime) {
   auto lease = client.acquire(key("killed"), {.ttl = 600ms});
   ASSERT_TRUE(lease.ok());
   auto validity = lease->valid_until();
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Clock::time_point> fired;
-  lease->on_lost([&] {
-    std::lock_guard lock(mu);
-    fired = Clock::now();
-    cv.notify_all();
-  });
+  LostProbe lost(*lease);
   server->kill();
-  {
-    std::unique_lock lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return fired.has_value(); }));
-  }
-  EXPECT_LE(*fired, validity);
+  ASSERT_TRUE(lost.wait(5s));
+  EXPECT_LE(*lost.fired_at(), validity);
   EXPECT_FALSE(lease->release().ok());  // the server is gone: says so instead of pretending
   auto again = client.acquire(key("killed"), {.ttl = 5s});
   EXPECT_EQ(again.code(), Code::kUnavailable) << again.status().to_string();
@@ -328,23 +318,12 @@ TEST(RedisFaults, APausedServerFiresLostBeforeValidityEvenWhenIoTimeoutExceedsTh
   Client client = connect_or_throw(server->uri(), {.io_timeout = 5s});
   auto lease = client.acquire(key("paused-long-io"), {.ttl = 900ms});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Clock::time_point> fired;
-  lease->on_lost([&] {
-    std::lock_guard lock(mu);
-    fired = Clock::now();
-    cv.notify_all();
-  });
+  LostProbe lost(*lease);
   server->pause();
-  bool lost = false;
-  {
-    std::unique_lock lock(mu);
-    lost = cv.wait_for(lock, 10s, [&] { return fired.has_value(); });
-  }
+  const bool fired = lost.wait(10s);
   server->resume();
-  ASSERT_TRUE(lost) << "lost() never fired";
-  EXPECT_LE(*fired, lease->valid_until()) << "lost() came after the validity it promised";
+  ASSERT_TRUE(fired) << "lost() never fired";
+  EXPECT_LE(*lost.fired_at(), lease->valid_until()) << "lost() came after the validity it promised";
   EXPECT_TRUE(lease->is_lost());
 }
 
