@@ -11,16 +11,24 @@
 //   Status wrote = fence.set("reports/latest", report, lease->token());
 //   if (wrote.code() == fencelock::Code::kFenced) { /* a newer holder wrote: stop */ }
 //
-// Guards:
+// Guards, and what each protects (docs/PROTOCOLS.md, "Fences"):
 // - FenceGate: in-process, for a service that owns its storage (any backend's tokens).
-// - RedisFence: one Lua script: SET the data key only if the token is >= the highest recorded
-//   for that key (kept in "fencelock:fence:<key>"). Any backend's tokens; a token of one lock
-//   must not be mixed with another lock's on the same key.
+//   Read-modify-write: admit(token) before the read, run(token, write) for the write.
+// - RedisFence: Lua scripts on the resource's Redis. set() writes the data key only if the token
+//   is >= the highest admitted for that key (kept in "fencelock:fence:<key>"); get(key, token)
+//   is a fenced read that admits its token the same way. Read-modify-write is protected only
+//   when the read is get(key, token): with an unfenced read (peek()) two holders can both read
+//   10 and both write 11. Any backend's tokens; one key must be fenced by one lock's tokens.
 // - PostgresFence: fencelock_fence(resource, token), called inside the user's transaction before
-//   its write: raises SQLSTATE FL001 (the transaction aborts) for a stale token, and otherwise
-//   holds the fence row until commit, so the check and the write commit together.
+//   its reads and writes: raises SQLSTATE FL001 (the transaction aborts) for a stale token, and
+//   otherwise holds the fence row until commit, so the check, the reads after it and the write
+//   commit together (read-modify-write protected). Refused outside a transaction.
 // - etcd_fenced_put(): a Txn that writes only while the lease's own lock key still exists with
-//   its create revision (the token): is-still-holder, checked by etcd itself.
+//   its create revision (the token): is-still-holder, checked by etcd itself. A write succeeds
+//   only while no later holder can exist, so a read-modify-write whose write is fenced is safe.
+//
+// Tokens are canonical unsigned 64-bit integers everywhere and compare exactly over the whole
+// range (no floating point).
 //
 // Thread-safety: FenceGate is thread-safe. A RedisFence may be used from many threads (calls are
 // serialized on its connection). PostgresFence functions use the caller's connection, which the
@@ -68,19 +76,28 @@ class RedisFence {
   // kInvalidArgument for another scheme, kUnavailable / kUnauthenticated as for Client::connect.
   static Result<RedisFence> connect(std::string_view uri, const ClientOptions& options = {});
 
-  // Atomically: if token >= the highest token recorded for `key`, records token and sets
+  // Atomically: if token >= the highest token admitted for `key`, records token and sets
   // key = value (OK); otherwise kFenced and nothing changes. kUnavailable when Redis cannot be
   // reached (the write may or may not have happened: retrying with the same token is safe).
+  // kInternal when the fence record is not a canonical token (someone else wrote it).
   Status set(std::string_view key, std::string_view value, FencingToken token);
-  // The current value of `key` (nullopt when missing).
-  Result<std::optional<std::string>> get(std::string_view key);
-  // The highest token recorded for `key` (0 when none).
+  // A fenced read: atomically, if token >= the highest token admitted for `key`, records token
+  // and returns the value (nullopt when missing); otherwise kFenced. After it, every write or
+  // read with an older token is refused: the read of a read-modify-write.
+  Result<std::optional<std::string>> get(std::string_view key, FencingToken token);
+  // An unfenced read of `key` (nullopt when missing), for display and monitoring. Never the
+  // read of a read-modify-write: a holder that lost its lock may read and then write with it.
+  Result<std::optional<std::string>> peek(std::string_view key);
+  // The highest token admitted for `key` (0 when none).
   Result<FencingToken> highest(std::string_view key);
 
-  // The Lua source of the guard, for programs that issue their own EVAL:
-  // KEYS[1] data key, KEYS[2] fence key; ARGV[1] token (decimal), ARGV[2] value.
+  // The Lua source of the guarded write, for programs that issue their own EVAL:
+  // KEYS[1] data key, KEYS[2] fence key; ARGV[1] token (canonical decimal), ARGV[2] value.
   // Returns {1, token} when written, {0, highest} when stale.
   static std::string_view script();
+  // The Lua source of the fenced read: KEYS as script(), ARGV[1] token.
+  // Returns {1, value or nil} when admitted, {0, highest} when stale.
+  static std::string_view read_script();
 
   struct Impl;
 
@@ -94,10 +111,15 @@ struct PostgresFence {
   // (src/postgres/sql/fence_schema.sql; idempotent). install() runs it on `conn`.
   static std::string_view schema_sql();
   static Status install(pg_conn* conn);
-  // Runs SELECT fencelock_fence(resource, token) on `conn`, which should be inside the caller's
-  // transaction (BEGIN ... this ... the write ... COMMIT). OK: the write may proceed and the
-  // fence row stays locked until the transaction ends. kFenced: stale (the transaction is now
-  // aborted: ROLLBACK). kUnavailable / kInternal for other failures.
+  // Runs SELECT fencelock_fence(resource, token) on `conn`, which must be inside the caller's
+  // transaction (BEGIN ... this ... the reads and the write ... COMMIT). OK: the write may
+  // proceed and the fence row stays locked until the transaction ends. kFenced: stale (the
+  // transaction is now aborted: ROLLBACK). kInvalidArgument, without running anything, when
+  // `conn` is not idle inside a transaction: in autocommit the row would be unlocked when the
+  // statement ends and the check would protect nothing. kAborted under REPEATABLE READ or
+  // SERIALIZABLE when a concurrent holder's transaction committed first (SQLSTATE 40001/40P01):
+  // roll back and retry the whole transaction. kUnavailable / kInternal for other failures.
+  // A savepoint that swallows the FL001 error (psql's ON_ERROR_ROLLBACK) defeats the fence.
   static Status check(pg_conn* conn, std::string_view resource, FencingToken token);
 };
 

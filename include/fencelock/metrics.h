@@ -53,7 +53,7 @@ struct LatencyHistogram {
 };
 
 // Number of Code values (status.h), for per-code counters indexed by static_cast<size_t>(code).
-inline constexpr std::size_t kCodeCount = static_cast<std::size_t>(Code::kFenced) + 1;
+inline constexpr std::size_t kCodeCount = static_cast<std::size_t>(Code::kAborted) + 1;
 
 struct MetricsSnapshot {
   // Client::acquire() calls (and election campaigns), whatever their outcome.

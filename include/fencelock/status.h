@@ -13,6 +13,9 @@
 //   kUnauthenticated    wrong or missing credentials. Do not retry: fix the credentials.
 //   kPermissionDenied   the credentials lack a needed right. Do not retry: grant it.
 //   kInternal           a bug or an unexpected server reply. Report it.
+//   kFenced             a fence refused a stale token: a newer holder exists. Stop.
+//   kAborted            the caller's transaction lost a concurrency conflict. Roll back and
+//                       retry the whole transaction.
 //
 // Messages never contain credentials or full owner ids.
 //
@@ -39,6 +42,9 @@ enum class Code {
   kInternal,
   // A fence refused a write: "rejected: stale token N < M" (fence.h).
   kFenced,
+  // The caller's transaction lost a concurrency conflict (PostgreSQL SQLSTATE 40001 serialization
+  // failure, 40P01 deadlock): roll back and retry the whole transaction.
+  kAborted,
 };
 
 // Stable lower-case name of a code, e.g. "locked", "unavailable".

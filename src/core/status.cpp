@@ -24,6 +24,8 @@ std::string_view code_name(Code code) {
       return "internal";
     case Code::kFenced:
       return "fenced";
+    case Code::kAborted:
+      return "aborted";
   }
   return "unknown";
 }

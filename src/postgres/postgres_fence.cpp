@@ -22,6 +22,14 @@ Status failure(PGconn* conn, PGresult* result, std::string_view what) {
   if (state != nullptr && std::strcmp(state, "FL001") == 0) {
     return Status(Code::kFenced, message);
   }
+  // Serialization failure and deadlock: the transaction is aborted; the retry is the caller's
+  // (under REPEATABLE READ a holder that waited for an older holder's commit lands here).
+  if (state != nullptr && (std::strcmp(state, "40001") == 0 || std::strcmp(state, "40P01") == 0)) {
+    return Status(Code::kAborted,
+                  fmt::format("postgres {}: {} (SQLSTATE {}); roll back and retry the whole "
+                              "transaction",
+                              what, message, state));
+  }
   if (PQstatus(conn) != CONNECTION_OK) {
     return Status(Code::kUnavailable, fmt::format("postgres {}: {}", what, message));
   }
@@ -41,6 +49,25 @@ Status PostgresFence::install(pg_conn* conn) {
 }
 
 Status PostgresFence::check(pg_conn* conn, std::string_view resource, FencingToken token) {
+  switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+      break;
+    case PQTRANS_IDLE:
+      return Status(Code::kInvalidArgument,
+                    "PostgresFence::check needs an open transaction (BEGIN first, then the "
+                    "check, the reads and the write, then COMMIT): in autocommit the fence row is "
+                    "unlocked when the statement ends, so a concurrent holder could write between "
+                    "the check and the write");
+    case PQTRANS_INERROR:
+      return Status(Code::kInvalidArgument,
+                    "PostgresFence::check: the transaction has already failed; ROLLBACK and "
+                    "start again");
+    case PQTRANS_UNKNOWN:
+      return Status(Code::kUnavailable, "postgres fence: the connection is broken");
+    case PQTRANS_ACTIVE:
+      return Status(Code::kInvalidArgument,
+                    "PostgresFence::check: the connection is busy with another command");
+  }
   const std::string name(resource), value = std::to_string(token.value());
   const char* params[] = {name.c_str(), value.c_str()};
   PGresult* result = PQexecParams(conn, "SELECT fencelock_fence($1, $2::numeric)", 2, nullptr,

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/quorum.h"
+#include "core/token_text.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
 #include "redis/subscriber.h"
@@ -36,10 +37,9 @@ std::string evalsha(std::string_view sha, std::vector<std::string> keys,
 
 std::string_view text_of(const redisReply* r) { return {r->str, r->len}; }
 
+// 0 (unknown) when the text is not a canonical token.
 std::uint64_t parse_u64(std::string_view text) {
-  std::uint64_t v = 0;
-  std::from_chars(text.data(), text.data() + text.size(), v);
-  return v;
+  return detail::parse_canonical_token(text).value_or(0);
 }
 
 // An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's

@@ -1,9 +1,12 @@
 // RedisFence (fencelock/fence.h): one blocking hiredis connection, serialized by a mutex,
-// reopened after a failure. The guard is fence_set.lua, run with EVALSHA (loaded on connect).
+// reopened after a failure. The guards are fence_set.lua (write) and fence_get.lua (fenced read),
+// run with EVALSHA (loaded on connect); a NOSCRIPT reply (SCRIPT FLUSH, a restarted server
+// reached by an old connection) is answered by EVAL of the full script, which reloads it.
 #include <mutex>
 
 #include <fmt/format.h>
 
+#include "core/token_text.h"
 #include "core/uri.h"
 #include "fencelock/fence.h"
 #include "redis/connection.h"
@@ -51,6 +54,18 @@ struct RedisFence::Impl {
     }
     return reply;
   }
+
+  // EVALSHA of `script`, or EVAL of its source when the server no longer has it cached.
+  Result<redis::Reply> run_script(std::string_view script, std::string_view sha1,
+                                  std::vector<std::string> keys_and_args) {
+    std::vector<std::string> args = {"EVALSHA", std::string(sha1), "2"};
+    args.insert(args.end(), keys_and_args.begin(), keys_and_args.end());
+    auto reply = command(args);
+    if (reply.ok() || reply.status().message().find("NOSCRIPT") == std::string::npos) return reply;
+    args[0] = "EVAL";
+    args[1] = std::string(script);
+    return command(args);
+  }
 };
 
 Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions& options) {
@@ -84,7 +99,7 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
     }
   }
   impl->spec.connect_timeout = options.connect_timeout;
-  impl->spec.scripts = {detail::lua::fence_set};
+  impl->spec.scripts = {detail::lua::fence_set, detail::lua::fence_get};
   auto opened = redis::open_context(impl->spec, detail::Clock::now() + options.connect_timeout +
                                                     options.io_timeout);
   if (!opened.ok()) return opened.status();
@@ -96,26 +111,75 @@ namespace {
 std::string fence_key(std::string_view key) { return "fencelock:fence:" + std::string(key); }
 
 std::string text(const redisReply* r) { return std::string(r->str, r->len); }
+
+// A fence record read back from Redis: kInternal unless it is a canonical token (tokens.lua's
+// rule: "0" or no leading zero, digits only, within uint64).
+Result<FencingToken> token_from_reply(const redisReply* r, std::string_view key) {
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+    if (auto token = detail::parse_canonical_token(std::string_view(r->str, r->len))) {
+      return FencingToken(*token);
+    }
+  } else if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) {
+    return FencingToken(static_cast<std::uint64_t>(r->integer));
+  }
+  return Status(Code::kInternal,
+                fmt::format("the fence record {} is not a canonical token; it was written by "
+                            "something other than fencelock",
+                            fence_key(key)));
+}
+
+// {1, x} / {0, highest} from fence_set.lua or fence_get.lua.
+Status check_shape(const redisReply* r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER ||
+      (r->element[0]->integer != 1 && r->elements != 2)) {
+    return Status(Code::kInternal, "unexpected reply from the fence script");
+  }
+  return Status::Ok();
+}
 }  // namespace
 
 Status RedisFence::set(std::string_view key, std::string_view value, FencingToken token) {
-  auto reply = impl_->command({"EVALSHA", std::string(detail::lua::fence_set_sha1), "2",
-                               std::string(key), fence_key(key), std::to_string(token.value()),
-                               std::string(value)});
+  auto reply = impl_->run_script(detail::lua::fence_set, detail::lua::fence_set_sha1,
+                                 {std::string(key), fence_key(key), std::to_string(token.value()),
+                                  std::string(value)});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER) {
-    return Status(Code::kInternal, "unexpected reply from the fence script");
-  }
+  if (Status shape = check_shape(r); !shape.ok()) return shape;
   if (r->element[0]->integer == 1) return Status::Ok();
-  return stale_token(token, FencingToken(std::stoull(text(r->element[1]))));
+  auto highest = token_from_reply(r->element[1], key);
+  if (!highest.ok()) return highest.status();
+  return stale_token(token, *highest);
 }
 
-Result<std::optional<std::string>> RedisFence::get(std::string_view key) {
+Result<std::optional<std::string>> RedisFence::get(std::string_view key, FencingToken token) {
+  auto reply = impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
+                                 {std::string(key), fence_key(key), std::to_string(token.value())});
+  if (!reply.ok()) return reply.status();
+  const redisReply* r = reply->get();
+  if (Status shape = check_shape(r); !shape.ok()) return shape;
+  if (r->element[0]->integer == 0) {
+    auto highest = token_from_reply(r->element[1], key);
+    if (!highest.ok()) return highest.status();
+    return stale_token(token, *highest);
+  }
+  // Lua drops a trailing nil from a table: a missing key is a one-element reply.
+  if (r->elements < 2 || r->element[1]->type == REDIS_REPLY_NIL) {
+    return std::optional<std::string>();
+  }
+  if (r->element[1]->type != REDIS_REPLY_STRING) {
+    return Status(Code::kInternal, fmt::format("the fenced read of {} found no string", key));
+  }
+  return std::optional<std::string>(text(r->element[1]));
+}
+
+Result<std::optional<std::string>> RedisFence::peek(std::string_view key) {
   auto reply = impl_->command({"GET", std::string(key)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
+  if ((*reply)->type != REDIS_REPLY_STRING) {
+    return Status(Code::kInternal, fmt::format("unexpected reply to GET {}", key));
+  }
   return std::optional<std::string>(text(reply->get()));
 }
 
@@ -123,9 +187,11 @@ Result<FencingToken> RedisFence::highest(std::string_view key) {
   auto reply = impl_->command({"GET", fence_key(key)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return FencingToken(0);
-  return FencingToken(std::stoull(text(reply->get())));
+  return token_from_reply(reply->get(), key);
 }
 
 std::string_view RedisFence::script() { return detail::lua::fence_set; }
+
+std::string_view RedisFence::read_script() { return detail::lua::fence_get; }
 
 }  // namespace fencelock

@@ -152,6 +152,47 @@ TEST_F(CliRun, CommandIgnoringSigtermIsKilledAfterTheGrace) {
   EXPECT_THAT(read_file(path("stderr")), HasSubstr("sent SIGKILL"));
 }
 
+// The default never lets the command run past the lease's validity, whatever --kill-grace says:
+// with the server paused, renewals stop; SIGTERM comes while validity is left (min(grace,
+// TTL/2) before it ends) and SIGKILL when it ends. Before, a 30 s grace ran from lost().
+TEST_F(CliRun, ACommandIgnoringSigtermNeverOutlivesTheLeaseValidityByDefault) {
+  std::vector<std::string> args = {
+      "run", "--backend", server_->uri(), "--ttl", "2s",
+      "--kill-grace", "30s", "outlive",
+      "--", "sh", "-c", "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
+      "sh", path("started")};
+  ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+      << read_file(path("stderr"));
+  server_->pause();
+  auto code = cli.wait_for(20s);
+  server_->resume();
+  ASSERT_TRUE(code.has_value()) << "the command outlived the lease: " << read_file(path("stderr"));
+  EXPECT_EQ(*code, 73) << read_file(path("stderr"));
+  const std::string err = read_file(path("stderr"));
+  EXPECT_THAT(err, HasSubstr("sent SIGTERM"));
+  EXPECT_THAT(err, HasSubstr("has not been renewed and has"));
+  EXPECT_THAT(err, HasSubstr("when the lease's validity ended; sent SIGKILL"));
+}
+
+// --grace-outlives-lease is the explicit choice of the old behaviour: the whole grace, from
+// SIGTERM, whatever the validity (only for a command whose writes are fenced).
+TEST_F(CliRun, GraceOutlivesLeaseGivesTheWholeGraceAfterTheLoss) {
+  std::vector<std::string> args = {
+      "run", "--backend", server_->uri(), "--ttl", "1s", "--kill-grace", "300ms",
+      "--grace-outlives-lease", "outlive-ok",
+      "--", "sh", "-c", "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
+      "sh", path("started")};
+  ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+      << read_file(path("stderr"));
+  server_->command({"DEL", "fencelock:{outlive-ok}"});
+  auto code = cli.wait_for(15s);
+  ASSERT_TRUE(code.has_value()) << read_file(path("stderr"));
+  EXPECT_EQ(*code, 73);
+  EXPECT_THAT(read_file(path("stderr")), HasSubstr("did not exit within 300ms of SIGTERM"));
+}
+
 TEST_F(CliRun, SigtermIsForwardedAndTheLockReleasedAfterTheCommandExits) {
   ChildProcess cli = start_holder("forward");
   ASSERT_THAT(held_lock_keys(*server_), ::testing::Contains("fencelock:{forward}"));

@@ -72,9 +72,9 @@ TEST(RedisFence, WritesOnlyWithTheNewestTokenAndComparesEveryUint64Exactly) {
   Status stale = fence->set("account", "666", T(4));
   EXPECT_EQ(stale.code(), Code::kFenced);
   EXPECT_EQ(stale.message(), "rejected: stale token 4 < 5");
-  EXPECT_EQ(fence->get("account")->value_or("missing"), "100");
+  EXPECT_EQ(fence->peek("account")->value_or("missing"), "100");
   EXPECT_TRUE(fence->set("account", "101", T(5)).ok());
-  EXPECT_EQ(fence->get("account")->value_or("missing"), "101");
+  EXPECT_EQ(fence->peek("account")->value_or("missing"), "101");
   EXPECT_EQ(*fence->highest("account"), T(5));
   EXPECT_EQ(*fence->highest("other"), T(0));
 
@@ -83,7 +83,7 @@ TEST(RedisFence, WritesOnlyWithTheNewestTokenAndComparesEveryUint64Exactly) {
   EXPECT_EQ(fence->set("big", "b", T(9007199254740992ULL)).code(), Code::kFenced);
   EXPECT_TRUE(fence->set("big", "c", T(18446744073709551615ULL)).ok());
   EXPECT_EQ(fence->set("big", "d", T(18446744073709551614ULL)).code(), Code::kFenced);
-  EXPECT_EQ(fence->get("big")->value_or("missing"), "c");
+  EXPECT_EQ(fence->peek("big")->value_or("missing"), "c");
 
   EXPECT_EQ(RedisFence::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").code(),
             Code::kInvalidArgument);
@@ -102,7 +102,108 @@ TEST(RedisFence, AKilledServerIsUnavailableAndTheNextCallReconnects) {
     EXPECT_EQ(first.code(), Code::kUnavailable) << first.to_string();
     EXPECT_TRUE(fence->set("k", "2", T(2)).ok());
   }
-  EXPECT_EQ(fence->get("k")->value_or("missing"), "2");
+  EXPECT_EQ(fence->peek("k")->value_or("missing"), "2");
+}
+
+// The lost update a write-only fence allows: A (token 1) reads 10, A's lock expires, B (token 2)
+// reads 10, A writes 11, B writes 11: one increment lost. With get(key, token) B's read admits
+// token 2, so A's write is refused and B's increment is the only one.
+TEST(RedisFence, AFencedReadRefusesTheOlderHoldersWriteSoNoIncrementIsLost) {
+  auto server = RedisServer::start();
+  auto fence = RedisFence::connect(server->uri());
+  ASSERT_TRUE(fence.ok()) << fence.status().to_string();
+  ASSERT_TRUE(fence->set("counter", "10", T(1)).ok());
+
+  auto a_read = fence->get("counter", T(1));
+  ASSERT_TRUE(a_read.ok()) << a_read.status().to_string();
+  EXPECT_EQ(a_read->value_or("missing"), "10");
+  auto b_read = fence->get("counter", T(2));
+  ASSERT_TRUE(b_read.ok()) << b_read.status().to_string();
+  EXPECT_EQ(b_read->value_or("missing"), "10");
+  EXPECT_EQ(*fence->highest("counter"), T(2)) << "the read must admit its token";
+  Status a_write = fence->set("counter", "11", T(1));
+  EXPECT_EQ(a_write.code(), Code::kFenced) << a_write.to_string();
+  EXPECT_EQ(a_write.message(), "rejected: stale token 1 < 2");
+  EXPECT_TRUE(fence->set("counter", "11", T(2)).ok());
+  EXPECT_EQ(fence->peek("counter")->value_or("missing"), "11");
+
+  // A stale read is refused too, and a read of a missing key is admitted with no value.
+  auto stale = fence->get("counter", T(1));
+  EXPECT_EQ(stale.code(), Code::kFenced) << stale.status().to_string();
+  auto missing = fence->get("nothing-here", T(7));
+  ASSERT_TRUE(missing.ok()) << missing.status().to_string();
+  EXPECT_FALSE(missing->has_value());
+  EXPECT_EQ(*fence->highest("nothing-here"), T(7));
+  EXPECT_NE(RedisFence::read_script().find("KEYS[2]"), std::string_view::npos);
+}
+
+// Every script compares tokens by one rule (src/redis/scripts/tokens.lua): canonical decimal
+// strings only. A length comparison alone let a zero-padded stale token beat a newer one.
+TEST(RedisFence, TheScriptsAcceptOnlyCanonicalDecimalTokens) {
+  auto server = RedisServer::start();
+  const std::string script(RedisFence::script()), read_script(RedisFence::read_script());
+  auto eval = [&](const std::string& src, const std::string& key, const std::string& token) {
+    std::vector<std::string> args = {"EVAL", src, "2", key, "fencelock:fence:" + key, token};
+    if (&src == &script) args.push_back("v" + token);
+    return server->command(args);
+  };
+  ASSERT_EQ(eval(script, "r", "9"), "1\n9");
+  for (const std::string& bad :
+       {std::string("00000000000000000007"), std::string("07"), std::string("-1"),
+        std::string("abc"), std::string(""), std::string(" 9"), std::string("9 "),
+        std::string("+10"), std::string("1e3"), std::string("18446744073709551616"),
+        std::string("100000000000000000000"), std::string("99999999999999999999")}) {
+    for (const std::string* src : {&script, &read_script}) {
+      const std::string reply = eval(*src, "r", bad);
+      EXPECT_NE(reply.find("not a canonical decimal token"), std::string::npos)
+          << "token '" << bad << "': " << reply;
+    }
+  }
+  EXPECT_EQ(server->command({"GET", "fencelock:fence:r"}), "9") << "nothing may change";
+  EXPECT_EQ(server->command({"GET", "r"}), "v9");
+  // The edges: 9 < 10 (lengths differ), 2^53 < 2^53 + 1 (the same double), uint64's maximum.
+  EXPECT_EQ(eval(script, "r", "10"), "1\n10");
+  EXPECT_EQ(eval(script, "r", "9"), "0\n10");
+  EXPECT_EQ(eval(script, "r", "9007199254740993"), "1\n9007199254740993");
+  EXPECT_EQ(eval(read_script, "r", "9007199254740992"), "0\n9007199254740993");
+  EXPECT_EQ(eval(script, "r", "18446744073709551615"), "1\n18446744073709551615");
+  EXPECT_EQ(eval(script, "r", "18446744073709551614"), "0\n18446744073709551615");
+  EXPECT_EQ(eval(script, "zero", "0"), "1\n0");
+}
+
+// A fence record that is not a canonical token (written by someone else) is kInternal from every
+// call, never an exception and never a write.
+TEST(RedisFence, AMalformedFenceRecordIsAnInternalErrorAndNothingIsWritten) {
+  auto server = RedisServer::start();
+  auto fence = RedisFence::connect(server->uri());
+  ASSERT_TRUE(fence.ok()) << fence.status().to_string();
+  for (const char* record : {"abc", "-1", "007", "18446744073709551616"}) {
+    server->command({"SET", "fencelock:fence:acct", record});
+    server->command({"SET", "acct", "before"});
+    Status wrote = fence->set("acct", "after", T(5));
+    EXPECT_EQ(wrote.code(), Code::kInternal) << record << ": " << wrote.to_string();
+    EXPECT_EQ(fence->get("acct", T(5)).code(), Code::kInternal) << record;
+    EXPECT_EQ(fence->highest("acct").code(), Code::kInternal) << record;
+    EXPECT_EQ(server->command({"GET", "acct"}), "before") << record;
+    EXPECT_EQ(server->command({"GET", "fencelock:fence:acct"}), record);
+  }
+}
+
+// SCRIPT FLUSH (or a restarted server behind an old connection) empties the script cache: the
+// fence falls back to EVAL, which loads the script again.
+TEST(RedisFence, KeepsWorkingAfterScriptFlush) {
+  auto server = RedisServer::start();
+  auto fence = RedisFence::connect(server->uri());
+  ASSERT_TRUE(fence.ok()) << fence.status().to_string();
+  ASSERT_TRUE(fence->set("k", "1", T(1)).ok());
+  ASSERT_EQ(server->command({"SCRIPT", "FLUSH"}), "OK");
+  Status after = fence->set("k", "2", T(2));
+  EXPECT_TRUE(after.ok()) << after.to_string();
+  ASSERT_EQ(server->command({"SCRIPT", "FLUSH"}), "OK");
+  auto read = fence->get("k", T(2));
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read->value_or("missing"), "2");
+  EXPECT_EQ(fence->set("k", "3", T(1)).code(), Code::kFenced);
 }
 
 class PgConn {
@@ -164,8 +265,72 @@ TEST(PostgresFence, AStaleTokenAbortsTheTransactionAndANewerOneCommitsWithItsWri
   EXPECT_TRUE(PostgresFence::check(b.get(), "accounts/1", T(7)).ok());
   EXPECT_TRUE(PostgresFence::check(b.get(), "accounts/1", T(18446744073709551615ULL)).ok());
   b.exec("COMMIT");
+  b.exec("BEGIN");
   EXPECT_EQ(PostgresFence::check(b.get(), "accounts/1", T(18446744073709551614ULL)).code(),
             Code::kFenced);
+  b.exec("ROLLBACK");
+}
+
+// In autocommit the fence row is unlocked when the statement ends: A check(5), B check(6), B
+// writes, A writes, and the row ends as A's stale write. check() refuses to run there.
+TEST(PostgresFence, RefusesToCheckOutsideATransaction) {
+  auto server = PostgresServer::start();
+  PgConn a(server->uri());
+  ASSERT_EQ(PQstatus(a.get()), CONNECTION_OK) << PQerrorMessage(a.get());
+  ASSERT_TRUE(PostgresFence::install(a.get()).ok());
+  Status outside = PostgresFence::check(a.get(), "accounts/1", T(5));
+  EXPECT_EQ(outside.code(), Code::kInvalidArgument) << outside.to_string();
+  EXPECT_NE(outside.message().find("BEGIN"), std::string::npos) << outside.message();
+  EXPECT_EQ(server->sql("SELECT count(*) FROM fencelock_fences"), "0") << "nothing may run";
+
+  a.exec("BEGIN");
+  PGresult* failed = PQexec(a.get(), "SELECT 1/0");
+  PQclear(failed);
+  Status in_error = PostgresFence::check(a.get(), "accounts/1", T(5));
+  EXPECT_EQ(in_error.code(), Code::kInvalidArgument) << in_error.to_string();
+  EXPECT_NE(in_error.message().find("ROLLBACK"), std::string::npos) << in_error.message();
+  a.exec("ROLLBACK");
+  a.exec("BEGIN");
+  EXPECT_TRUE(PostgresFence::check(a.get(), "accounts/1", T(5)).ok());
+  a.exec("COMMIT");
+}
+
+// Under REPEATABLE READ the newer holder that waited for the older holder's commit cannot update
+// the fence row in its snapshot: SQLSTATE 40001, a retryable kAborted (not kInternal). The retry
+// in a new transaction passes.
+TEST(PostgresFence, ASerializationFailureUnderRepeatableReadIsAbortedAndTheRetryPasses) {
+  auto server = PostgresServer::start();
+  PgConn a(server->uri()), b(server->uri());
+  ASSERT_TRUE(PostgresFence::install(a.get()).ok());
+  a.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  ASSERT_TRUE(PostgresFence::check(a.get(), "res", T(5)).ok());
+  std::optional<Status> newer;
+  std::thread waiter([&] {
+    PGresult* r = PQexec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    PQclear(r);
+    newer = PostgresFence::check(b.get(), "res", T(6));
+    r = PQexec(b.get(), "ROLLBACK");
+    PQclear(r);
+  });
+  const bool waited = [&] {
+    for (int i = 0; i < 500; ++i) {
+      if (server->sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") ==
+          "1")
+        return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }();
+  a.exec("COMMIT");
+  waiter.join();
+  ASSERT_TRUE(waited) << "the newer holder did not wait for the fence row";
+  ASSERT_TRUE(newer.has_value());
+  EXPECT_EQ(newer->code(), Code::kAborted) << newer->to_string();
+  EXPECT_NE(newer->message().find("40001"), std::string::npos) << newer->message();
+  b.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  EXPECT_TRUE(PostgresFence::check(b.get(), "res", T(6)).ok());
+  b.exec("COMMIT");
+  EXPECT_EQ(server->sql("SELECT token FROM fencelock_fences WHERE resource = 'res'"), "6");
 }
 
 // DESIGN 3.3 / issue: a holder paused past its TTL loses the lease, the next holder's token is

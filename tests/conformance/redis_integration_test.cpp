@@ -18,6 +18,7 @@
 #include "fencelock/client.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
+#include "redis_scripts.h"
 #include "support/lost_probe.h"
 #include "support/process.h"
 #include "support/redis_server.h"
@@ -40,6 +41,34 @@ Client connect_or_throw(const std::string& uri, ClientOptions options = {}) {
 
 bool has_lock_key(RedisServer& server, std::string_view name) {
   return server.command({"EXISTS", lock_key(name)}) == "1";
+}
+
+// Round 2's write-back compares tokens by the same rule as the fences (tokens.lua): exactly over
+// every uint64, where tonumber() would take 2^53 and 2^53 + 1 for equal and leave the counter
+// one below the chosen token (the next grant would then repeat it).
+TEST(RedisRound2Script, RaisesTheCounterExactlyAndRefusesAMalformedOne) {
+  auto server = RedisServer::start();
+  const std::string script(detail::lua::raise_fence);
+  auto raise = [&](const std::string& token) {
+    return server->command({"EVAL", script, "3", lock_key("r"), fence_key("r"),
+                            detail::redis::holder_key("r"), "owner-1", token});
+  };
+  server->command({"SET", lock_key("r"), "owner-1"});
+  server->command({"SET", fence_key("r"), "9007199254740992"});
+  EXPECT_EQ(raise("9007199254740993"), "1");
+  EXPECT_EQ(server->command({"GET", fence_key("r")}), "9007199254740993");
+  EXPECT_EQ(raise("9007199254740992"), "1");  // never lowered
+  EXPECT_EQ(server->command({"GET", fence_key("r")}), "9007199254740993");
+  EXPECT_EQ(raise("18446744073709551615"), "1");
+  EXPECT_EQ(server->command({"GET", fence_key("r")}), "18446744073709551615");
+  for (const char* bad : {"-1", "007", "abc", "18446744073709551616"}) {
+    EXPECT_NE(raise(bad).find("not a canonical decimal token"), std::string::npos) << bad;
+  }
+  server->command({"SET", fence_key("r"), "12abc"});
+  EXPECT_NE(raise("5").find("not a canonical decimal token"), std::string::npos);
+  EXPECT_EQ(server->command({"GET", fence_key("r")}), "12abc") << "nothing may change";
+  EXPECT_EQ(server->command({"SET", lock_key("r"), "owner-2"}), "OK");
+  EXPECT_EQ(raise("5"), "0") << "not the owner: no write-back";
 }
 
 class RedlockFaults : public ::testing::Test {

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/token_text.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
 #include "unit/printers.h"
@@ -160,13 +161,30 @@ TEST(Status, EveryCodeHasADistinctName) {
   std::set<std::string_view> names;
   for (Code c :
        {Code::kOk, Code::kLocked, Code::kUnavailable, Code::kDeadlineExceeded, Code::kCancelled,
-        Code::kInvalidArgument, Code::kUnauthenticated, Code::kPermissionDenied, Code::kInternal}) {
+        Code::kInvalidArgument, Code::kUnauthenticated, Code::kPermissionDenied, Code::kInternal,
+        Code::kFenced, Code::kAborted}) {
     EXPECT_NE(code_name(c), "unknown");
     names.insert(code_name(c));
   }
-  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(code_name(Code::kAborted), "aborted");
   EXPECT_EQ(code_name(Code::kLocked), "locked");
   EXPECT_EQ(code_name(Code::kInvalidArgument), "invalid argument");
+}
+
+// One rule for tokens as text (core/token_text.h), the same as src/redis/scripts/tokens.lua.
+TEST(CanonicalToken, AcceptsEveryUint64InCanonicalFormAndNothingElse) {
+  using detail::parse_canonical_token;
+  EXPECT_EQ(parse_canonical_token("0"), 0u);
+  EXPECT_EQ(parse_canonical_token("9"), 9u);
+  EXPECT_EQ(parse_canonical_token("10"), 10u);
+  EXPECT_EQ(parse_canonical_token("9007199254740993"), 9007199254740993ULL);
+  EXPECT_EQ(parse_canonical_token("18446744073709551615"), 18446744073709551615ULL);
+  for (const char* bad : {"", "00", "07", "00000000000000000007", "-1", "+1", " 1", "1 ", "1e3",
+                          "abc", "12abc", "18446744073709551616", "99999999999999999999",
+                          "100000000000000000000", "0x10"}) {
+    EXPECT_FALSE(parse_canonical_token(bad).has_value()) << "'" << bad << "'";
+  }
 }
 
 TEST(Result, HoldsAValue) {

@@ -13,6 +13,7 @@ int exit_code_for(Code code) {
     // backend, the caller should retry later.
     case Code::kUnavailable:
     case Code::kDeadlineExceeded:
+    case Code::kAborted:
       return kExitUnavailable;
     case Code::kInvalidArgument:
       return kExitUsage;

@@ -62,10 +62,12 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
       "fencelock run [OPTIONS] KEY -- CMD [ARGS...]\n\n"
       "Takes the lock KEY, runs CMD with FENCELOCK_KEY, FENCELOCK_TOKEN (the fencing token) and\n"
       "FENCELOCK_BACKEND in its environment, renews the lease while CMD runs and releases it when\n"
-      "CMD exits. Exits with CMD's exit code (128+N if signal N killed it). If the lease is lost,\n"
-      "CMD gets SIGTERM, then SIGKILL after --kill-grace, and fencelock exits 73. SIGINT, "
-      "SIGTERM,\n"
-      "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to CMD.\n\n"
+      "CMD exits. Exits with CMD's exit code (128+N if signal N killed it). If the lease is lost\n"
+      "(or renewals fail until less than min(--kill-grace, TTL/2) of it is left), CMD gets\n"
+      "SIGTERM, then SIGKILL after --kill-grace but never after the lease's validity ends, and\n"
+      "fencelock exits 73. --grace-outlives-lease lets the grace run past the validity: only for\n"
+      "a CMD whose writes are fenced with FENCELOCK_TOKEN. SIGINT, SIGTERM, SIGHUP, SIGQUIT,\n"
+      "SIGUSR1 and SIGUSR2 are forwarded to CMD.\n\n"
       "Example:\n  fencelock run --ttl 30s --wait 1m reports/nightly -- ./make-report.sh\n\n" +
       std::string(kSeeAlso));
   add_backend_options(run, args.backend, args.json);
@@ -77,9 +79,12 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
       ->type_name("DUR")
       ->capture_default_str();
   run->add_option("--kill-grace", args.kill_grace,
-                  "After a lost lease, time between SIGTERM and SIGKILL to CMD")
+                  "After a lost lease, time between SIGTERM and SIGKILL to CMD (cut short at the "
+                  "lease's validity)")
       ->type_name("DUR")
       ->capture_default_str();
+  run->add_flag("--grace-outlives-lease", args.grace_outlives_lease,
+                "Let --kill-grace run past the lease's validity (only with fenced writes)");
   run->add_option("--metrics", args.metrics_file,
                   "When run exits, write the client's metrics to FILE (Prometheus text format)")
       ->type_name("FILE");

@@ -218,25 +218,48 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
         summary);
   }
 
+  const LeaseDeadline deadline{[&lease] { return lease.valid_until(); }, settings.acquire.ttl,
+                               args.grace_outlives_lease};
+  // The time SIGKILL follows SIGTERM, as the supervisor will apply it.
+  auto kill_follows = [&] {
+    if (args.grace_outlives_lease) return detail::format_duration(settings.kill_grace);
+    const auto left = std::chrono::floor<milliseconds>(lease.valid_until() -
+                                                       std::chrono::steady_clock::now());
+    return left < settings.kill_grace
+               ? fmt::format("{} (when the lease's validity ends)",
+                             detail::format_duration(std::max(left, milliseconds(0))))
+               : detail::format_duration(settings.kill_grace);
+  };
   SupervisionHooks hooks;
   hooks.on_lease_lost = [&] {
     reporter.note(fmt::format(
         "lease on '{}' lost (token {}): it could not be renewed and may already belong to "
         "another holder; sent SIGTERM to {} (pid {}), SIGKILL follows in {}",
-        key, lease.token().value(), program, child.pid,
-        detail::format_duration(settings.kill_grace)));
+        key, lease.token().value(), program, child.pid, kill_follows()));
   };
-  hooks.on_kill = [&] {
-    reporter.note(fmt::format("{} (pid {}) did not exit within {} of SIGTERM; sent SIGKILL",
-                              program, child.pid, detail::format_duration(settings.kill_grace)));
+  hooks.on_lease_at_risk = [&](milliseconds left) {
+    reporter.note(fmt::format(
+        "lease on '{}' (token {}) has not been renewed and has {} of validity left; sent SIGTERM "
+        "to {} (pid {}), SIGKILL follows in {}",
+        key, lease.token().value(), detail::format_duration(std::max(left, milliseconds(0))),
+        program, child.pid, kill_follows()));
   };
-  ChildExit exit =
-      supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace, hooks);
+  hooks.on_kill = [&](bool at_validity) {
+    reporter.note(at_validity ? fmt::format("{} (pid {}) was still running when the lease's "
+                                            "validity ended; sent SIGKILL",
+                                            program, child.pid)
+                              : fmt::format("{} (pid {}) did not exit within {} of SIGTERM; sent "
+                                            "SIGKILL",
+                                            program, child.pid,
+                                            detail::format_duration(settings.kill_grace)));
+  };
+  ChildExit exit = supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace,
+                                     deadline, hooks);
 
   const int command_code = shell_exit_code(exit.wait_status);
   // Lost after the command's last moment but before we saw it exit: it may have run unprotected.
-  const bool lost = exit.lease_lost || lease.is_lost();
-  if (lost && !exit.lease_lost) {
+  const bool lost = exit.lease_lost || exit.lease_at_risk || lease.is_lost();
+  if (lost && !exit.lease_lost && !exit.lease_at_risk) {
     reporter.note(
         fmt::format("lease on '{}' was lost while {} ran; it exited with {} before "
                     "fencelock could stop it",
@@ -255,6 +278,7 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     summary["command_exit_code"] = command_code;
     summary["lease_lost"] = lost;
     summary["killed"] = exit.sent_sigkill;
+    summary["lease_at_risk"] = exit.lease_at_risk;
     std::fputs((json_line(summary) + "\n").c_str(), stderr);
   }
   return code;

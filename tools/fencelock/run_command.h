@@ -2,7 +2,8 @@
 //
 // Takes the lock, starts CMD with FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_BACKEND in its
 // environment, lets the library renew the lease while CMD runs, and releases it once CMD has
-// exited. If the lease is lost, CMD gets SIGTERM, then SIGKILL after the kill grace. With
+// exited. If the lease is lost, CMD gets SIGTERM, then SIGKILL after the kill grace, which ends
+// at the lease's validity unless --grace-outlives-lease (supervisor.h has the rule). With
 // --metrics FILE, the Client's metrics are written to FILE in Prometheus text format when `run`
 // exits (on every exit after the client connected). See docs/CLI.md.
 #pragma once
@@ -18,6 +19,8 @@ struct RunArgs {
   std::string ttl = "10s";
   std::string wait = "0s";
   std::string kill_grace = "5s";
+  // The kill grace may run past valid_until() (the command's writes must then be fenced).
+  bool grace_outlives_lease = false;
   std::string metrics_file;  // --metrics; empty: no metrics are written
   std::string key;
   std::vector<std::string> command;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <optional>
@@ -80,21 +81,102 @@ Spawned spawn_command(const std::vector<std::string>& argv,
   return {-1, exec_errno};
 }
 
+std::chrono::milliseconds termination_lead(std::chrono::milliseconds kill_grace,
+                                           std::chrono::milliseconds ttl) {
+  return std::min(kill_grace, ttl / 2);
+}
+
+std::chrono::milliseconds kill_margin(std::chrono::milliseconds ttl) {
+  return std::clamp(ttl / 20, std::chrono::milliseconds(1), std::chrono::milliseconds(25));
+}
+
+namespace {
+
+// The termination state of one supervised command.
+class Terminator {
+ public:
+  Terminator(pid_t pid, std::chrono::milliseconds grace, const LeaseDeadline& lease,
+             const SupervisionHooks& hooks, ChildExit& result)
+      : pid_(pid), grace_(grace), lease_(lease), hooks_(hooks), result_(result) {}
+
+  // The next moment the loop must wake for, if any.
+  std::optional<Clock::time_point> next_wake() const {
+    if (result_.sent_sigkill) return std::nullopt;
+    if (result_.sent_sigterm) return result_.kill_deadline;
+    if (lease_.grace_outlives_lease || !lease_.valid_until) return std::nullopt;
+    return lease_.valid_until() - termination_lead(grace_, lease_.ttl);
+  }
+
+  void lease_lost() {
+    result_.lease_lost = true;
+    if (!result_.sent_sigterm) {
+      terminate();
+      if (hooks_.on_lease_lost) hooks_.on_lease_lost();
+    }
+  }
+
+  // Called on every wake: the short-lease SIGTERM and the SIGKILL when their time has come.
+  void on_time(Clock::time_point now) {
+    if (result_.sent_sigkill) return;
+    if (!result_.sent_sigterm && !lease_.grace_outlives_lease && lease_.valid_until) {
+      const Clock::time_point valid_until = lease_.valid_until();
+      if (now >= valid_until - termination_lead(grace_, lease_.ttl)) {
+        result_.lease_at_risk = true;
+        terminate();
+        if (hooks_.on_lease_at_risk)
+          hooks_.on_lease_at_risk(std::chrono::floor<std::chrono::milliseconds>(valid_until - now));
+      }
+    }
+    if (result_.sent_sigterm && result_.kill_deadline && now >= *result_.kill_deadline) {
+      kill(kill_for_validity_);
+    }
+  }
+
+  // poll() failed: do not leave the command running unsupervised.
+  void kill_now() { kill(false); }
+
+ private:
+  void terminate() {
+    ::kill(pid_, SIGTERM);
+    result_.sent_sigterm = true;
+    const Clock::time_point after_grace = Clock::now() + grace_;
+    result_.kill_deadline = after_grace;
+    if (!lease_.grace_outlives_lease && lease_.valid_until) {
+      const Clock::time_point valid_until = lease_.valid_until();
+      result_.valid_until_at_kill = valid_until;
+      const Clock::time_point at_validity = valid_until - kill_margin(lease_.ttl);
+      kill_for_validity_ = at_validity < after_grace;
+      result_.kill_deadline = std::min(after_grace, at_validity);
+    }
+  }
+
+  void kill(bool at_validity) {
+    ::kill(pid_, SIGKILL);
+    result_.sent_sigkill = true;
+    if (hooks_.on_kill) hooks_.on_kill(at_validity);
+  }
+
+  pid_t pid_;
+  std::chrono::milliseconds grace_;
+  const LeaseDeadline& lease_;
+  const SupervisionHooks& hooks_;
+  ChildExit& result_;
+  bool kill_for_validity_ = false;  // SIGKILL is due at the validity, before the grace ends
+};
+
+}  // namespace
+
 ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
-                            std::chrono::milliseconds kill_grace, const SupervisionHooks& hooks) {
+                            std::chrono::milliseconds kill_grace, const LeaseDeadline& lease,
+                            const SupervisionHooks& hooks) {
   ChildExit result;
-  std::optional<Clock::time_point> kill_at;
+  Terminator terminator(pid, kill_grace, lease, hooks, result);
   for (;;) {
     pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost_fd, POLLIN, 0}};
     // Lease loss is acted on once; after that only the command's exit matters.
     nfds_t count = result.lease_lost ? 1 : 2;
-    int ready = ::poll(fds, count, result.sent_sigkill ? -1 : poll_timeout_ms(kill_at));
-    if (ready < 0 && errno != EINTR) {
-      // poll() fails only on programming errors; do not leave the command running unsupervised.
-      ::kill(pid, SIGKILL);
-      kill_at.reset();
-      result.sent_sigkill = true;
-    }
+    int ready = ::poll(fds, count, poll_timeout_ms(terminator.next_wake()));
+    if (ready < 0 && errno != EINTR) terminator.kill_now();
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       for (const signalfd_siginfo& info : signals.drain()) {
         int signo = static_cast<int>(info.ssi_signo);
@@ -109,16 +191,9 @@ ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
     }
     if (ready > 0 && count == 2 && (fds[1].revents & POLLIN)) {
       drain_eventfd(lost_fd);
-      result.lease_lost = true;
-      ::kill(pid, SIGTERM);
-      kill_at = Clock::now() + kill_grace;
-      if (hooks.on_lease_lost) hooks.on_lease_lost();
+      terminator.lease_lost();
     }
-    if (kill_at && !result.sent_sigkill && Clock::now() >= *kill_at) {
-      ::kill(pid, SIGKILL);
-      result.sent_sigkill = true;
-      if (hooks.on_kill) hooks.on_kill();
-    }
+    terminator.on_time(Clock::now());
   }
 }
 

@@ -6,9 +6,18 @@
 // foreground process group, the command included. Only the command's own pid is signalled; a
 // command that starts children of its own must pass signals on (e.g. `sh -c 'exec prog'`).
 //
-// The loop sleeps in poll() on two descriptors and never polls on a timer: the signalfd (the
-// command's SIGCHLD and signals to forward) and the lease-lost eventfd. It wakes on a timer only
-// to send SIGKILL once the kill grace after a lost lease has run out.
+// The loop sleeps in poll() on two descriptors: the signalfd (the command's SIGCHLD and signals to
+// forward) and the lease-lost eventfd. Its only timers follow the lease's deadline: it wakes when
+// the lease would be left with less than the termination lead (see LeaseDeadline), once per
+// renewal at most, and to send SIGKILL.
+//
+// The command never runs past valid_until() unless asked: after a loss, SIGKILL comes at
+// min(SIGTERM + kill_grace, valid_until - a small margin). So that a command that handles SIGTERM
+// still gets its grace when renewals fail, SIGTERM is also sent, before lost() fires, once
+// renewals have left the lease with less than min(kill_grace, ttl/2) of validity (normally a
+// renewal at ttl/3 keeps at least 2/3 ttl ahead). With grace_outlives_lease the old rule holds:
+// SIGTERM on loss, SIGKILL kill_grace later, whatever the validity (safe only for a command whose
+// writes are fenced with its token).
 //
 // Thread-safety: call from the thread that opened the SignalChannel.
 #pragma once
@@ -17,6 +26,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,20 +49,44 @@ Spawned spawn_command(const std::vector<std::string>& argv,
 struct SupervisionHooks {
   // The lease was lost and SIGTERM was just sent to the command.
   std::function<void()> on_lease_lost;
-  // The command outlived the kill grace and SIGKILL was just sent.
-  std::function<void()> on_kill;
+  // Renewals left the lease with less than the termination lead; SIGTERM was just sent.
+  // The argument is the validity left.
+  std::function<void(std::chrono::milliseconds)> on_lease_at_risk;
+  // SIGKILL was just sent: the kill grace ran out, or (true) the lease's validity did.
+  std::function<void(bool at_validity)> on_kill;
+};
+
+// What the supervisor knows of the lease: its current deadline (renewals move it forward), its
+// TTL, and whether the user let the kill grace outlive the lease.
+struct LeaseDeadline {
+  std::function<std::chrono::steady_clock::time_point()> valid_until;
+  std::chrono::milliseconds ttl{0};
+  bool grace_outlives_lease = false;
 };
 
 struct ChildExit {
-  int wait_status = 0;      // as from waitpid()
-  bool lease_lost = false;  // the lost eventfd fired while the command ran
+  int wait_status = 0;       // as from waitpid()
+  bool lease_lost = false;   // the lost eventfd fired while the command ran
+  bool lease_at_risk = false;  // SIGTERM was sent before lost() because renewals were failing
+  bool sent_sigterm = false;
   bool sent_sigkill = false;
+  // When SIGKILL was scheduled for, and the lease's valid_until() when it was scheduled.
+  std::optional<std::chrono::steady_clock::time_point> kill_deadline;
+  std::optional<std::chrono::steady_clock::time_point> valid_until_at_kill;
 };
 
-// Waits until `pid` exits, forwarding signals from `signals`. When `lost_fd` (an eventfd) becomes
-// readable, sends SIGTERM to the command, and SIGKILL if it still runs `kill_grace` later.
+// SIGTERM's lead on valid_until() while renewals fail: min(kill_grace, ttl / 2).
+std::chrono::milliseconds termination_lead(std::chrono::milliseconds kill_grace,
+                                           std::chrono::milliseconds ttl);
+// How long before valid_until() SIGKILL is sent (poll() wakes late, never early):
+// ttl / 20 clamped to 1..25 ms.
+std::chrono::milliseconds kill_margin(std::chrono::milliseconds ttl);
+
+// Waits until `pid` exits, forwarding signals from `signals`. Terminates the command when
+// `lost_fd` (an eventfd) becomes readable or the lease runs short, as described above.
 ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
-                            std::chrono::milliseconds kill_grace, const SupervisionHooks& hooks);
+                            std::chrono::milliseconds kill_grace, const LeaseDeadline& lease,
+                            const SupervisionHooks& hooks);
 
 // A shell's $? for a wait status: the exit code, or 128 + N for a command killed by signal N.
 int shell_exit_code(int wait_status);

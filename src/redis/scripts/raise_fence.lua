@@ -2,19 +2,21 @@
 -- Raises this instance's counter to the token chosen over the majority, but only while this
 -- owner still holds the lock here; a later grant's INCR on this instance then exceeds the token.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] holder info
--- ARGV[1] owner id, ARGV[2] chosen token
--- Returns 1 when confirmed, 0 when the lock is no longer ours here.
+-- ARGV[1] owner id, ARGV[2] chosen token (canonical decimal)
+-- Returns 1 when confirmed, 0 when the lock is no longer ours here. A counter that is not a
+-- canonical token is a script error (someone else wrote it): nothing changes.
+--@include tokens.lua
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local token = tonumber(ARGV[2])
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-if counter < token then
-  redis.call('SET', KEYS[2], ARGV[2])
+local token = fencelock_check_token(ARGV[2], 'the chosen token')
+local counter = fencelock_check_token(redis.call('GET', KEYS[2]) or '0', 'the fence counter ' .. KEYS[2])
+if fencelock_token_less(counter, token) then
+  redis.call('SET', KEYS[2], token)
 end
 local info = redis.call('GET', KEYS[3])
 if info then
   local meta = string.match(info, '^%d+ (.*)$') or ''
-  redis.call('SET', KEYS[3], ARGV[2] .. ' ' .. meta, 'KEEPTTL')
+  redis.call('SET', KEYS[3], token .. ' ' .. meta, 'KEEPTTL')
 end
 return 1
