@@ -1,9 +1,13 @@
 // `fencelock torture` against real servers of every backend: short runs with pause, kill,
-// partition and drop faults must end SAFE (0 fenced violations, 0 lost updates, 0 late lost()
-// signals), and the deliberately broken variant (no fence) must be caught.
+// partition and drop faults must end SAFE with every fault kind seen taking effect, and every
+// attack that broke the old checker must now be caught against a real server: a lock key deleted
+// under the holders, a fence counter deleted mid-run, a write-only fence, no fence at all, a
+// squatter on the key, a control program that fails.
 #include <gtest/gtest.h>
 
+#include <stop_token>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -32,14 +36,18 @@ nlohmann::json torture(const std::string& backend, const std::vector<std::string
 // What every backend must show under faults. `expires` is true for TTL-based backends: there a
 // holder paused past its TTL is overtaken, and its stale read or write must be refused.
 void expect_safe_under_faults(const nlohmann::json& r, bool expires) {
-  EXPECT_EQ(r.value("fenced_violations", -1), 0) << r.dump();
-  EXPECT_EQ(r.value("lost_updates", -1), 0) << r.dump();
-  EXPECT_EQ(r.value("late_lost", -1), 0) << r.dump();
+  for (const char* count : {"fenced_violations", "lost_updates", "token_violations",
+                            "exclusion_violations", "late_lost", "unsignalled_expiries"}) {
+    EXPECT_EQ(r.value(count, -1), 0) << count << ": " << r.dump();
+  }
+  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
   EXPECT_TRUE(r.value("safe", false)) << r.dump();
   EXPECT_GT(r.value("grants", 0), 10) << r.dump();
   EXPECT_GE(r.value("faults_injected", 0), 4) << r.dump();
-  for (const char* kind : {"pause", "kill", "partition", "drop"})
-    EXPECT_TRUE(r["by_fault"].contains(kind)) << kind << " was not injected: " << r.dump();
+  for (const char* kind : {"pause", "kill", "partition", "drop"}) {
+    ASSERT_TRUE(r["by_fault"].contains(kind)) << kind << " was not injected: " << r.dump();
+    EXPECT_GE(r["by_fault"][kind].value("effective", 0), 1) << kind << ": " << r.dump();
+  }
   EXPECT_TRUE(r.contains("overlaps"));
   if (expires) {
     EXPECT_GE(r.value("stale_rejected", 0), 1) << "no pause was absorbed: " << r.dump();
@@ -78,8 +86,10 @@ TEST(TortureCli, ClockSkewAndWallClockJumpsAreSafe) {
   EXPECT_EQ(r.value("fenced_violations", -1), 0) << r.dump();
   EXPECT_EQ(r.value("lost_updates", -1), 0) << r.dump();
   EXPECT_EQ(r.value("late_lost", -1), 0) << r.dump();
-  EXPECT_TRUE(r["by_fault"].contains("skew")) << r.dump();
-  EXPECT_TRUE(r["by_fault"].contains("jump")) << r.dump();
+  EXPECT_EQ(r.value("exclusion_violations", -1), 0) << r.dump();
+  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
+  EXPECT_GE(r["by_fault"]["skew"].value("effective", 0), 1) << r.dump();
+  EXPECT_GE(r["by_fault"]["jump"].value("effective", 0), 1) << r.dump();
 }
 
 // The checker can fail: with the fence switched off, a holder paused between its read and its
@@ -89,7 +99,78 @@ TEST(TortureCli, TheBrokenVariantWithoutAFenceIsCaught) {
   auto r = torture(server->uri(),
                    {"--duration", "10s", "--faults", "pause", "--unsafe-no-fence"}, 1);
   EXPECT_FALSE(r.value("safe", true)) << r.dump();
+  EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("lost_updates", 0) + r.value("fenced_violations", 0), 0) << r.dump();
+}
+
+// A write-only fence (reads not fenced, as with RedisFence::peek before the write) lets two
+// holders read the same value: the paused holder resumes inside the newer holder's
+// read-modify-write, both writes are accepted, one increment is lost.
+TEST(TortureCli, AWriteOnlyFenceLosesUpdatesUnderPausesAndIsCaught) {
+  auto server = RedisServer::start();
+  auto r = torture(server->uri(), {"--duration", "12s", "--faults", "pause", "--fence",
+                                   "write-only"},
+                   1);
+  EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
+  EXPECT_GT(r.value("lost_updates", 0), 0) << r.dump();
+  EXPECT_EQ(r.value("fence", ""), "write-only");
+}
+
+// Someone deletes the lock key every 100 ms: a second holder enters while the first one's lease
+// is still valid by its own account. The old checker counted 14 overlaps and said SAFE.
+TEST(TortureCli, ALockKeyDeletedUnderTheHoldersIsAMutualExclusionViolation) {
+  auto server = RedisServer::start();
+  std::jthread deleter([&](std::stop_token stop) {
+    for (int i = 0; i < 300 && !stop.stop_requested(); ++i) {
+      server->command({"DEL", "fencelock:{torture}"});
+      std::this_thread::sleep_for(100ms);  // the fault's own rhythm, not a wait for an event
+    }
+  });
+  auto r = torture(server->uri(), {"--duration", "8s", "--faults", "none"}, 1);
+  deleter.request_stop();
+  EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
+  EXPECT_GT(r.value("exclusion_violations", 0), 0) << r.dump();
+}
+
+// The fence counter deleted mid-run: grant tokens start again from 1. The old checker only
+// counted the grants (tokens 1013, 1, 2, ... and SAFE).
+TEST(TortureCli, AFenceCounterDeletedMidRunIsATokenRegression) {
+  auto server = RedisServer::start();
+  std::jthread deleter([&](std::stop_token stop) {
+    // Once a few grants have happened, once.
+    while (!stop.stop_requested()) {
+      const std::string counter = server->command({"GET", "fencelock:{torture}:fence"});
+      if (counter != "(nil)" && std::stoll(counter) >= 8) {
+        server->command({"DEL", "fencelock:{torture}:fence"});
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  auto r = torture(server->uri(), {"--duration", "8s", "--faults", "none"}, 1);
+  deleter.request_stop();
+  EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
+  EXPECT_GT(r.value("token_violations", 0), 0) << r.dump();
+}
+
+// Runs that prove nothing exit 2, INCONCLUSIVE: a squatter holds the key for the whole run (no
+// grant), or the server-control program fails (no server was ever killed).
+TEST(TortureCli, RunsThatProveNothingAreInconclusive) {
+  auto server = RedisServer::start();
+  ASSERT_EQ(server->command({"SET", "fencelock:{squatted}", "someone", "PX", "120000"}), "OK");
+  auto squatted = torture(server->uri(), {"--duration", "3s", "--faults", "none", "--key",
+                                          "squatted"},
+                          2);
+  EXPECT_EQ(squatted.value("verdict", ""), "INCONCLUSIVE") << squatted.dump();
+  EXPECT_EQ(squatted.value("grants", -1), 0) << squatted.dump();
+  EXPECT_EQ(squatted.value("key", ""), "squatted");
+
+  auto failing = torture(server->uri(), {"--duration", "8s", "--faults", "server-kill",
+                                         "--server-control", "/bin/false"},
+                         2);
+  EXPECT_EQ(failing.value("verdict", ""), "INCONCLUSIVE") << failing.dump();
+  EXPECT_EQ(failing["by_fault"]["server-kill"].value("effective", -1), 0) << failing.dump();
+  EXPECT_NE(failing.dump().find("exited 1"), std::string::npos) << failing.dump();
 }
 
 TEST(TortureCli, BadOptionsAndUnreachableBackendsAreClearErrors) {

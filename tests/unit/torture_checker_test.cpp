@@ -1,8 +1,12 @@
-// The torture checker (tools/fencelock/torture/checker.h) on hand-made histories: each verdict
-// must be able to fail.
+// The torture checker (tools/fencelock/torture/checker.h) on hand-made histories: for every
+// property it reports there is a history that violates it and must be reported UNSAFE, and for
+// every way a run can prove nothing there is one that must be INCONCLUSIVE. Histories are built
+// as the register and the workers record them (register clock for events, worker clock for lease
+// reports; both the same CLOCK_MONOTONIC for an unfaked worker).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 
 #include "torture/checker.h"
 
@@ -12,77 +16,378 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr Nanos kMs = 1'000'000;
+constexpr Nanos kS = 1000 * kMs;
 
-RegisterEvent enter(int worker, std::uint64_t token, Nanos at, bool accepted = true,
-                    bool overlapped = false) {
-  RegisterEvent e;
-  e.kind = RegisterEvent::kEnter;
-  e.worker = worker, e.token = token, e.at = at, e.accepted = accepted, e.overlapped = overlapped;
-  return e;
-}
+// Builds a RunRecord event by event. Worker w runs as process 100 + w unless given a pid.
+class History {
+ public:
+  long pid_of(int worker) const { return 100 + worker; }
 
-RegisterEvent write(int worker, std::uint64_t token, std::uint64_t value, Nanos at,
-                    bool accepted = true) {
-  RegisterEvent e;
-  e.kind = RegisterEvent::kWrite;
-  e.worker = worker, e.token = token, e.value = value, e.at = at, e.accepted = accepted;
-  return e;
-}
+  History& hello(int worker, Nanos at, long pid = 0, Nanos steady = -1, Nanos wall_offset = 0) {
+    RegisterEvent e = event(RegisterEvent::kHello, worker, 0, at, pid);
+    e.worker_steady = steady < 0 ? at : steady;
+    e.wall = 1'700'000'000 * kS + at;
+    e.worker_wall = e.wall + wall_offset;
+    r.register_events.push_back(e);
+    return *this;
+  }
+  History& acquire(int worker, Nanos at, long pid = 0, Nanos steady = -1, Nanos wall_offset = 0) {
+    RegisterEvent e = event(RegisterEvent::kAcquire, worker, 0, at, pid);
+    e.worker_steady = steady < 0 ? at : steady;
+    e.wall = 1'700'000'000 * kS + at;
+    e.worker_wall = e.wall + wall_offset;
+    r.register_events.push_back(e);
+    return *this;
+  }
+  History& grant(int worker, std::uint64_t token, Nanos at, long pid = 0) {
+    r.register_events.push_back(event(RegisterEvent::kGrant, worker, token, at, pid));
+    r.grant_log = grants_of(r.register_events);
+    return *this;
+  }
+  History& enter(int worker, std::uint64_t token, Nanos at, bool accepted = true, long pid = 0) {
+    RegisterEvent e = event(RegisterEvent::kEnter, worker, token, at, pid);
+    e.accepted = accepted;
+    r.register_events.push_back(e);
+    return *this;
+  }
+  History& write(int worker, std::uint64_t token, std::uint64_t value, Nanos at,
+                 bool accepted = true, long pid = 0) {
+    RegisterEvent e = event(RegisterEvent::kWrite, worker, token, at, pid);
+    e.value = value;
+    e.accepted = accepted;
+    r.register_events.push_back(e);
+    if (accepted) r.final_value = value;
+    return *this;
+  }
+  History& exit(int worker, std::uint64_t token, Nanos at, long pid = 0) {
+    r.register_events.push_back(event(RegisterEvent::kExit, worker, token, at, pid));
+    return *this;
+  }
+  // The worker's report of one lease (worker clock).
+  History& lease(int worker, std::uint64_t token, Nanos valid_until, Nanos observed_at,
+                 bool lost = false, Nanos fired_at = 0, bool callback_ran = true, long pid = 0) {
+    r.leases.push_back({worker, pid == 0 ? pid_of(worker) : pid, token, 0, valid_until, lost,
+                        callback_ran, fired_at, observed_at});
+    return *this;
+  }
+  // A whole clean cycle of worker w: acquire, grant, read, write value, exit, and a lease report
+  // with validity well past it. Takes 10 ms from `at`.
+  History& cycle(int worker, std::uint64_t token, std::uint64_t value, Nanos at) {
+    acquire(worker, at).grant(worker, token, at + 1 * kMs).enter(worker, token, at + 2 * kMs);
+    write(worker, token, value, at + 4 * kMs).exit(worker, token, at + 6 * kMs);
+    return lease(worker, token, at + 2 * kS, at + 7 * kMs);
+  }
+  // `n` clean cycles of worker 0 starting at `at`, tokens and values going on from the given ones.
+  History& cycles(int n, std::uint64_t first_token, std::uint64_t first_value, Nanos at) {
+    for (int i = 0; i < n; ++i)
+      cycle(0, first_token + i, first_value + i, at + i * 10 * kMs);
+    return *this;
+  }
+  History& fault(InjectedFault f) {
+    r.faults.push_back(std::move(f));
+    return *this;
+  }
 
-TEST(TortureChecker, AFencedHistoryWithARejectedStaleWriteIsSafe) {
   RunRecord r;
-  r.register_events = {enter(0, 5, 1 * kMs),  write(0, 5, 1, 2 * kMs),
-                       enter(1, 6, 3 * kMs, true, /*overlapped=*/true),
-                       write(1, 6, 2, 4 * kMs), write(0, 5, 2, 5 * kMs, /*accepted=*/false)};
-  r.final_value = 2;
-  r.grant_log = {{.worker = 0, .token = 5, .at = 0}, {.worker = 1, .token = 6, .at = 2 * kMs}};
-  Report report = check(r, 25ms);
-  EXPECT_TRUE(report.safe());
-  EXPECT_EQ(report.grants, 2u);
-  EXPECT_EQ(report.writes_applied, 2u);
+
+ private:
+  RegisterEvent event(RegisterEvent::Kind kind, int worker, std::uint64_t token, Nanos at,
+                      long pid) const {
+    RegisterEvent e;
+    e.kind = kind;
+    e.worker = worker;
+    e.pid = pid == 0 ? pid_of(worker) : pid;
+    e.token = token;
+    e.at = at;
+    return e;
+  }
+};
+
+CheckOptions options(FenceMode fence = FenceMode::kFull) {
+  CheckOptions o;
+  o.ttl = 2s;
+  o.duration = 1s;  // floors: 3 grants, 3 writes
+  o.fence = fence;
+  return o;
+}
+
+InjectedFault fault(std::string kind, Nanos at, Nanos healed_at, bool took_effect = true,
+                    int worker = -1, long pid = 0) {
+  InjectedFault f;
+  f.kind = std::move(kind);
+  f.at = at;
+  f.healed_at = healed_at;
+  f.took_effect = took_effect;
+  f.worker = worker;
+  f.pid = pid;
+  return f;
+}
+
+TEST(TortureChecker, AHolderPausedPastItsValidityIsOverlappedAndRefusedAndTheRunIsSafe) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  // Worker 0 (token 4) reads 3 and is paused past its validity (valid until 1 s); worker 1 is
+  // granted token 5 at 2 s, reads 3, writes 4; worker 0 wakes and its write is refused.
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.acquire(1, 500 * kMs).grant(1, 5, 2 * kS).enter(1, 5, 2001 * kMs);
+  h.write(1, 5, 4, 2002 * kMs).exit(1, 5, 2003 * kMs).lease(1, 5, 4 * kS, 2004 * kMs);
+  h.write(0, 4, 4, 3100 * kMs, /*accepted=*/false).exit(0, 4, 3101 * kMs);
+  h.lease(0, 4, 1 * kS, 3102 * kMs, /*lost=*/true, /*fired_at=*/3 * kS);
+  h.r.pauses = {{0, 150 * kMs, 3 * kS}};
+  h.fault(fault("pause", 150 * kMs, 3 * kS, true, 0, h.pid_of(0)));
+  CheckOptions o = options();
+  o.requested_faults = {"pause"};
+  Report report = check(h.r, o);
+  EXPECT_EQ(report.verdict(), Verdict::kSafe) << testing::PrintToString(report.violations)
+                                              << testing::PrintToString(report.inconclusive);
+  EXPECT_EQ(report.grants, 5u);
+  EXPECT_EQ(report.writes_applied, 4u);
   EXPECT_EQ(report.writes_rejected, 1u);
   EXPECT_EQ(report.overlaps, 1u);
-  EXPECT_EQ(report.fenced_violations, 0u);
-  EXPECT_EQ(report.lost_updates, 0u);
+  EXPECT_EQ(report.overlaps_after_expiry, 1u);
+  EXPECT_EQ(report.exclusion_violations, 0u);
+  EXPECT_EQ(report.late_lost, 0u) << "the lateness lies inside the pause";
+  EXPECT_EQ(report.by_fault["pause"].effective, 1u);
 }
 
-TEST(TortureChecker, AnOlderTokenAppliedAfterANewerOneIsAFencedViolationAndALostUpdate) {
-  RunRecord r;
-  // Without a fence: worker 0 (token 5) read 0, paused; worker 1 (token 6) read 0 and wrote 1;
-  // worker 0 woke and wrote 1 as well. Two increments, final value 1.
-  r.register_events = {enter(0, 5, 1 * kMs), enter(1, 6, 2 * kMs, true, true),
-                       write(1, 6, 1, 3 * kMs), write(0, 5, 1, 4 * kMs)};
-  r.final_value = 1;
-  Report report = check(r, 25ms);
-  EXPECT_FALSE(report.safe());
+// Blind spot 1: a loop deleting the lock key let a second holder in while the first one's lease
+// was valid by its own account; the old checker counted the overlap and said SAFE.
+TEST(TortureChecker, AnOverlapWhileTheOlderLeaseIsStillValidIsUnsafe) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.acquire(1, 150 * kMs).grant(1, 5, 200 * kMs).enter(1, 5, 201 * kMs);
+  h.write(1, 5, 4, 202 * kMs).exit(1, 5, 203 * kMs).lease(1, 5, 2 * kS, 204 * kMs);
+  h.write(0, 4, 4, 700 * kMs, false).exit(0, 4, 701 * kMs);
+  h.lease(0, 4, /*valid_until=*/2100 * kMs, 702 * kMs, /*lost=*/true, 690 * kMs);
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.overlaps, 1u);
+  EXPECT_EQ(report.exclusion_violations, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+  ASSERT_FALSE(report.violations.empty());
+  EXPECT_NE(report.violations[0].find("mutual exclusion"), std::string::npos);
+
+  // A fault does not excuse it on a backend that promises validity...
+  h.fault(fault("drop", 150 * kMs, 450 * kMs));
+  EXPECT_EQ(check(h.r, options()).exclusion_violations, 1u);
+  // ... it does on one that promises none (PostgreSQL advisory), but only near the fault.
+  CheckOptions advisory = options();
+  advisory.validity_bound = false;
+  Report excused = check(h.r, advisory);
+  EXPECT_EQ(excused.exclusion_violations, 0u);
+  EXPECT_EQ(excused.overlaps_excused, 1u);
+  h.r.faults[0].at = 10 * kS, h.r.faults[0].healed_at = 11 * kS;
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u) << "no fault was near";
+}
+
+// Blind spot 1 (second half): the fenced-violation count is recomputed from the log, so a gate
+// that let a stale write through is caught even though it reported it as applied.
+TEST(TortureChecker, AStaleWriteTheGateAppliedIsAFencedViolation) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.lease(0, 4, 300 * kMs, 900 * kMs, true, 290 * kMs);
+  h.exit(0, 4, 103 * kMs);
+  h.acquire(1, 400 * kMs).grant(1, 5, 401 * kMs).enter(1, 5, 402 * kMs);
+  h.write(1, 5, 4, 403 * kMs).exit(1, 5, 404 * kMs).lease(1, 5, 2 * kS, 405 * kMs);
+  h.write(0, 4, 5, 500 * kMs);  // applied although token 5 was admitted before
+  Report report = check(h.r, options());
   EXPECT_EQ(report.fenced_violations, 1u);
-  EXPECT_EQ(report.lost_updates, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+
+  // After an admitted read of token 5 (full fence), a write of 4 is a violation even with no
+  // write of 5 before it.
+  History read_only;
+  read_only.cycles(3, 1, 1, 0);
+  read_only.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs).exit(0, 4, 103 * kMs);
+  read_only.lease(0, 4, 300 * kMs, 104 * kMs);
+  read_only.acquire(1, 400 * kMs).grant(1, 5, 401 * kMs).enter(1, 5, 402 * kMs);
+  read_only.write(0, 4, 4, 403 * kMs).exit(1, 5, 404 * kMs).lease(1, 5, 2 * kS, 405 * kMs);
+  EXPECT_EQ(check(read_only.r, options()).fenced_violations, 1u);
+  EXPECT_EQ(check(read_only.r, options(FenceMode::kWriteOnly)).fenced_violations, 0u)
+      << "a write-only fence promises nothing about reads";
 }
 
-TEST(TortureChecker, ALateLostSignalCountsUnlessTheWorkerWasPausedDuringThatLease) {
-  RunRecord r;
-  r.lost = {{.worker = 0, .token = 5, .granted_at = 0, .fired_at = 1100 * kMs,
-             .valid_until = 1000 * kMs},
-            {.worker = 1, .token = 6, .granted_at = 0, .fired_at = 3000 * kMs,
-             .valid_until = 1000 * kMs},
-            {.worker = 2, .token = 7, .granted_at = 0, .fired_at = 1010 * kMs,
-             .valid_until = 1000 * kMs}};
-  r.pauses = {{.worker = 1, .from = 500 * kMs, .to = 2900 * kMs}};
-  Report report = check(r, 25ms);
-  EXPECT_EQ(report.lost_signals, 3u);
-  EXPECT_EQ(report.late_lost, 1u);  // worker 0: 100 ms late and never paused
-  EXPECT_EQ(report.max_lost_delay, 100 * kMs);
-  EXPECT_FALSE(report.safe());
+// Blind spot 2: after the fence counter was deleted, grants went 1013, 1, 2, 3: each is below a
+// grant that completed before it began. A token granted twice is a violation too.
+TEST(TortureChecker, TokenRegressionsAndRepeatedTokensAreUnsafe) {
+  History h;
+  h.cycle(0, 1013, 1, 0).cycle(1, 1, 2, 100 * kMs).cycle(2, 2, 3, 200 * kMs);
+  h.cycle(0, 3, 4, 300 * kMs);
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.token_violations, 3u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+
+  History repeat;
+  repeat.cycle(0, 7, 1, 0).cycle(1, 8, 2, 100 * kMs).cycle(2, 8, 3, 200 * kMs);
+  EXPECT_EQ(check(repeat.r, options()).token_violations, 1u) << "8 after 8";
+
+  // Not a regression: grants whose [asked, granted] windows overlap may be reported in either
+  // order (worker 0 was told 20 first but told the register late, after worker 1's 21).
+  History concurrent;
+  concurrent.acquire(0, 0).acquire(1, 10 * kMs).grant(1, 21, 50 * kMs).grant(0, 20, 900 * kMs);
+  concurrent.cycles(3, 22, 1, 1 * kS);
+  EXPECT_EQ(check(concurrent.r, options()).token_violations, 0u);
+}
+
+// Blind spot 3: with a write-only fence (reads not fenced) two holders both read 10 and both
+// write 11; the register must show the lost update.
+TEST(TortureChecker, TheLostUpdateOfAWriteOnlyFenceIsUnsafe) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);        // A reads 3
+  h.acquire(1, 200 * kMs).grant(1, 5, 2200 * kMs).enter(1, 5, 2201 * kMs);      // B reads 3
+  h.write(0, 4, 4, 2300 * kMs).exit(0, 4, 2301 * kMs);                          // A writes 4
+  h.lease(0, 4, 1 * kS, 2302 * kMs, true, 2299 * kMs);
+  h.write(1, 5, 4, 2400 * kMs).exit(1, 5, 2401 * kMs).lease(1, 5, 4 * kS, 2402 * kMs);
+  h.r.pauses = {{0, 150 * kMs, 2290 * kMs}};
+  Report report = check(h.r, options(FenceMode::kWriteOnly));
+  EXPECT_EQ(report.lost_updates, 1u);
+  EXPECT_EQ(report.fenced_violations, 0u) << "the writes were in token order";
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+}
+
+// Blind spot 4: runs that did nothing, or whose faults never took effect, prove nothing.
+TEST(TortureChecker, ARunWithoutGrantsIsInconclusive) {
+  History h;
+  h.hello(0, 0).acquire(0, 1 * kMs);  // a squatter holds the key: nobody is granted
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.verdict(), Verdict::kInconclusive);
+  ASSERT_EQ(report.inconclusive.size(), 2u);
+  EXPECT_NE(report.inconclusive[0].find("only 0 grants"), std::string::npos);
+  EXPECT_NE(report.inconclusive[1].find("only 0 writes"), std::string::npos);
+
+  History some;
+  some.cycles(3, 1, 1, 0);
+  EXPECT_EQ(check(some.r, options()).verdict(), Verdict::kSafe);
+  CheckOptions longer = options();
+  longer.duration = 100s;  // floor 12
+  EXPECT_EQ(check(some.r, longer).verdict(), Verdict::kInconclusive);
+}
+
+TEST(TortureChecker, FaultsThatNeverTookEffectOrAFailedControlProgramAreInconclusive) {
+  History h;
+  h.cycles(5, 1, 1, 0);
+  CheckOptions o = options();
+  o.requested_faults = {"server-kill"};
+  EXPECT_EQ(check(h.r, o).verdict(), Verdict::kInconclusive) << "never injected";
+
+  h.fault(fault("server-kill", 10 * kMs, 20 * kMs, /*took_effect=*/false));
+  h.r.faults.back().note = "the control program's kill failed";
+  h.r.control_failures = {"'/bin/false kill 6379' exited 1"};
+  Report report = check(h.r, o);
+  EXPECT_EQ(report.verdict(), Verdict::kInconclusive);
+  EXPECT_EQ(report.by_fault["server-kill"].count, 1u);
+  EXPECT_EQ(report.by_fault["server-kill"].effective, 0u);
+  ASSERT_EQ(report.inconclusive.size(), 2u);
+  EXPECT_NE(report.inconclusive[0].find("kill failed"), std::string::npos);
+  EXPECT_NE(report.inconclusive[1].find("exited 1"), std::string::npos);
+
+  h.r.control_failures.clear();
+  h.r.faults.back().took_effect = true;
+  EXPECT_EQ(check(h.r, o).verdict(), Verdict::kSafe);
+
+  // A latency fault that delayed nothing is no evidence either, however many were injected.
+  History net;
+  net.cycles(5, 1, 1, 0);
+  net.fault(fault("latency", 0, 10 * kMs, false)).fault(fault("latency", 20 * kMs, 30 * kMs, false));
+  CheckOptions latency = options();
+  latency.requested_faults = {"latency"};
+  EXPECT_EQ(check(net.r, latency).verdict(), Verdict::kInconclusive);
+  net.r.faults[1].took_effect = true;
+  EXPECT_EQ(check(net.r, latency).verdict(), Verdict::kSafe);
+}
+
+// A pause counts only when the paused worker then lost its lease or was refused; a kill only
+// when a new worker started in its place.
+TEST(TortureChecker, PauseAndKillNeedEvidenceInTheLogs) {
+  History h;
+  h.cycles(5, 1, 1, 0);
+  h.r.pauses = {{1, 100 * kMs, 200 * kMs}};
+  h.fault(fault("pause", 100 * kMs, 200 * kMs, true, 1, h.pid_of(1)));  // worker 1 held nothing
+  h.fault(fault("kill", 300 * kMs, 300 * kMs, true, 2, h.pid_of(2)));
+  CheckOptions o = options();
+  o.requested_faults = {"pause", "kill"};
+  Report report = check(h.r, o);
+  EXPECT_EQ(report.verdict(), Verdict::kInconclusive);
+  EXPECT_EQ(report.by_fault["pause"].effective, 0u);
+  EXPECT_EQ(report.by_fault["kill"].effective, 0u);
+
+  h.hello(2, 310 * kMs, /*pid=*/999);  // the replacement of worker 2
+  h.enter(1, 3, 150 * kMs, /*accepted=*/false);  // worker 1's stale read refused
+  h.exit(1, 3, 151 * kMs);
+  report = check(h.r, o);
+  EXPECT_EQ(report.by_fault["pause"].effective, 1u);
+  EXPECT_EQ(report.by_fault["kill"].effective, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kSafe) << testing::PrintToString(report.violations)
+                                              << testing::PrintToString(report.inconclusive);
+}
+
+// Clock faults: the skewed worker's clock must be seen running slow, the jumped one's wall clock
+// behind; the skewed worker's own account (fake clock) is not held against it.
+TEST(TortureChecker, ClockFaultsNeedTheirClocksSeenAndASkewedAccountIsExcused) {
+  History h;
+  h.cycles(5, 1, 1, 0);
+  const long skewed = 555;
+  h.hello(1, 1 * kS, skewed, /*steady=*/1 * kS);
+  h.acquire(1, 3 * kS, skewed, /*steady=*/1 * kS + 500 * kMs);  // 0.5 s in 2 s: a quarter
+  h.fault(fault("skew", 1 * kS, 6 * kS, true, 1, skewed));
+  h.acquire(2, 7 * kS, 0, -1, /*wall_offset=*/-30 * kS);
+  h.fault(fault("jump", 6500 * kMs, 8 * kS, true, 2, h.pid_of(2)));
+  // The skewed worker reports a lease "lost" 3 s late by its fake clock.
+  h.lease(1, 9, 1 * kS, 4 * kS, true, 4 * kS, true, skewed);
+  CheckOptions o = options();
+  o.requested_faults = {"skew", "jump"};
+  Report report = check(h.r, o);
+  EXPECT_EQ(report.by_fault["skew"].effective, 1u);
+  EXPECT_EQ(report.by_fault["jump"].effective, 1u);
+  EXPECT_EQ(report.late_lost, 0u);
+  EXPECT_EQ(report.verdict(), Verdict::kSafe) << testing::PrintToString(report.inconclusive);
+
+  h.r.register_events[h.r.register_events.size() - 2].worker_steady = 2 * kS + 900 * kMs;
+  h.r.register_events.back().worker_wall = h.r.register_events.back().wall;
+  report = check(h.r, o);
+  EXPECT_EQ(report.by_fault["skew"].effective, 0u) << "a clock at full speed is no skew";
+  EXPECT_EQ(report.by_fault["jump"].effective, 0u);
+  EXPECT_EQ(report.verdict(), Verdict::kInconclusive);
+}
+
+// Blind spot 5: a pause excuses a late lost() only if it overlaps [valid_until, fired_at]; a
+// callback that never ran and a validity that passed without lost() are violations.
+TEST(TortureChecker, LateMissingAndAbsentLostSignalsAreUnsafeUnlessAPauseCoversTheLateness) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  // 10 s late; a 1 ms pause at the start of the lease does not excuse it.
+  h.lease(1, 7, 1 * kS, 11 * kS, true, 11 * kS);
+  h.r.pauses = {{1, 0, 1 * kMs}};
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.late_lost, 1u);
+  EXPECT_EQ(report.max_lost_delay, 10 * kS);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+  h.r.pauses = {{1, 2 * kS, 10900 * kMs}};
+  EXPECT_EQ(check(h.r, options()).late_lost, 0u) << "the pause covers the lateness";
+
+  History missing;
+  missing.cycles(3, 1, 1, 0);
+  missing.lease(1, 7, 1 * kS, 900 * kMs, true, 900 * kMs, /*callback_ran=*/false);
+  EXPECT_EQ(check(missing.r, options()).late_lost, 1u) << "lost() without its callback";
+
+  History absent;
+  absent.cycles(3, 1, 1, 0);
+  absent.lease(1, 7, 1 * kS, 1300 * kMs, /*lost=*/false);
+  report = check(absent.r, options());
+  EXPECT_EQ(report.unsignalled_expiries, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+  absent.r.pauses = {{1, 900 * kMs, 1250 * kMs}};
+  EXPECT_EQ(check(absent.r, options()).unsignalled_expiries, 0u);
 }
 
 TEST(TortureChecker, UnavailabilityIsMeasuredFromEachHealToTheNextAdmittedCriticalSection) {
-  RunRecord r;
-  r.register_events = {enter(0, 5, 100 * kMs), enter(1, 6, 900 * kMs, /*accepted=*/false),
-                       enter(1, 7, 1500 * kMs)};
-  r.faults = {{.kind = "drop", .at = 0, .healed_at = 200 * kMs},
-              {.kind = "pause", .at = 1000 * kMs, .healed_at = 1400 * kMs}};
-  r.ended_at = 2000 * kMs;
-  Report report = check(r, 25ms);
+  History h;
+  h.enter(0, 5, 100 * kMs).enter(1, 6, 900 * kMs, /*accepted=*/false).enter(1, 7, 1500 * kMs);
+  h.fault(fault("drop", 0, 200 * kMs)).fault(fault("pause", 1000 * kMs, 1400 * kMs));
+  h.r.ended_at = 2000 * kMs;
+  Report report = check(h.r, options());
   EXPECT_EQ(report.faults, 2u);
   EXPECT_EQ(report.by_fault["drop"].max_unavailable, 1300 * kMs);  // the refused enter does not count
   EXPECT_EQ(report.by_fault["pause"].max_unavailable, 100 * kMs);

@@ -43,8 +43,8 @@ struct Outcome {
 };
 
 // Tells what happened to the paused worker, from the run's record.
-Outcome tell(const std::string& backend, const RunRecord& record) {
-  Outcome out{backend, check(record, 25ms), std::nullopt, false};
+Outcome tell(const std::string& backend, const RunRecord& record, const CheckOptions& options) {
+  Outcome out{backend, check(record, options), std::nullopt, false};
   if (record.pauses.empty()) {
     say("  (no holder could be paused: the run was too short)");
     return out;
@@ -70,8 +70,8 @@ Outcome tell(const std::string& backend, const RunRecord& record) {
     say("  nobody else is granted the lock during the pause: this backend keeps a paused "
         "holder's lock (PostgreSQL advisory locks live as long as the holder's session)");
   }
-  for (const auto& l : record.lost) {
-    if (l.worker == p && l.token == paused_token) {
+  for (const auto& l : record.leases) {
+    if (l.lost && l.worker == p && l.token == paused_token) {
       out.lost_delay_ms = static_cast<double>(l.fired_at - l.valid_until) / 1e6;
       say(fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
                       "was frozen); it ignores the signal and writes anyway",
@@ -147,31 +147,42 @@ int demo_command(const DemoArgs& args) {
     } catch (const std::exception& e) {
       return reporter.fail(kExitSoftware, "internal", e.what());
     }
-    outcomes.push_back(tell(described, record));
+    CheckOptions options;
+    options.ttl = settings.ttl;
+    options.duration = settings.duration;
+    options.validity_bound = described.find("mode=advisory") == std::string::npos;
+    options.requested_faults = settings.faults;
+    outcomes.push_back(tell(described, record, options));
   }
   std::size_t width = 8;
   for (const auto& o : outcomes) width = std::max(width, o.backend.size());
-  say(fmt::format("\n{:<{}} {:>7} {:>15} {:>9} {:>13}", "backend", width, "tokens",
-                  "stale rejected", "overlaps", "lost() delay"));
-  bool safe = true;
+  say(fmt::format("\n{:<{}} {:>7} {:>15} {:>9} {:>13}  {}", "backend", width, "tokens",
+                  "stale rejected", "overlaps", "lost() delay", "verdict"));
+  bool safe = true, unsafe = false;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& o : outcomes) {
     safe = safe && o.report.safe();
-    say(fmt::format("{:<{}} {:>7} {:>15} {:>9} {:>13}", o.backend, width, o.report.grants,
+    unsafe = unsafe || o.report.verdict() == Verdict::kUnsafe;
+    say(fmt::format("{:<{}} {:>7} {:>15} {:>9} {:>13}  {}", o.backend, width, o.report.grants,
                     o.report.writes_rejected, o.report.overlaps,
-                    o.lost_delay_ms ? fmt::format("{:.0f} ms", *o.lost_delay_ms) : "-"));
+                    o.lost_delay_ms ? fmt::format("{:.0f} ms", *o.lost_delay_ms) : "-",
+                    verdict_name(o.report.verdict())));
+    for (const std::string& why : o.report.violations) say("  violation: " + why);
+    for (const std::string& why : o.report.inconclusive) say("  inconclusive: " + why);
     rows.push_back({{"backend", o.backend},
                     {"tokens", o.report.grants},
                     {"stale_rejected", o.report.writes_rejected},
                     {"overlaps", o.report.overlaps},
                     {"lost_delay_ms", o.lost_delay_ms ? nlohmann::json(*o.lost_delay_ms) : nullptr},
                     {"taken_over", o.taken_over},
+                    {"verdict", verdict_name(o.report.verdict())},
                     {"safe", o.report.safe()}});
   }
-  say(safe ? "\nEvery stale write was refused: no lost update, no write out of token order."
-           : "\nA SAFETY VIOLATION was found (see the rows above).");
+  say(safe     ? "\nEvery stale write was refused: no lost update, no write out of token order."
+      : unsafe ? "\nA SAFETY VIOLATION was found (see the rows above)."
+               : "\nA run proved nothing (INCONCLUSIVE, see the rows above): run the demo again.");
   if (args.json) std::fputs((json_line(rows) + "\n").c_str(), stderr);
-  return safe ? kExitOk : 1;
+  return safe ? kExitOk : unsafe ? 1 : 2;
 }
 
 }  // namespace fencelock::cli

@@ -160,10 +160,12 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "fencelock torture [OPTIONS]\n\n"
       "Starts --workers processes that contend for one lock and increment a shared register\n"
       "through a fence while faults are injected, then checks the history: fenced violations,\n"
-      "lost updates and late lost() signals must all be 0 (exit 0; exit 1 otherwise); overlaps\n"
-      "of raw mutual exclusion and unavailability after each fault are reported.\n"
+      "lost updates, token regressions, mutual exclusion while valid, late or missing lost()\n"
+      "must all be 0. Verdict SAFE (exit 0), UNSAFE (exit 1), or INCONCLUSIVE (exit 2: too few\n"
+      "grants or writes, a fault that never took effect, a failed control program).\n"
       "Faults: pause (SIGSTOP a holder past its TTL), kill (SIGKILL a worker, start another),\n"
-      "latency, drop, partition (through a TCP proxy per server on 127.0.0.1).\n\n"
+      "latency, drop, partition (through a TCP proxy per server on 127.0.0.1), skew, jump\n"
+      "(libfaketime), server-kill (--server-control).\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);
@@ -186,8 +188,14 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
                       "For the fault server-kill: PROGRAM kill PORT / PROGRAM start "
                       "(scripts/servers.sh)")
       ->type_name("PROGRAM");
-  torture->add_flag("--unsafe-no-fence", args.unsafe_no_fence,
-                    "Disable the fence (shows what the checker catches without one)");
+  torture->add_option("--key", args.key, "The lock the workers contend for")
+      ->capture_default_str();
+  torture->add_option("--fence", args.fence,
+                      "How the register is guarded: full (fenced reads and writes), write-only "
+                      "(lost updates must show), none")
+      ->check(CLI::IsMember({"full", "write-only", "none"}))
+      ->capture_default_str();
+  torture->add_flag("--unsafe-no-fence", args.unsafe_no_fence, "The same as --fence none");
   return torture;
 }
 
@@ -238,6 +246,7 @@ CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   worker->add_option("--id", args.id)->required();
   worker->add_option("--ttl-ms", args.ttl_ms);
   worker->add_option("--critical-ms", args.critical_ms);
+  worker->add_option("--key", args.key);
   return worker;
 }
 

@@ -1,65 +1,356 @@
 #include "torture/checker.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
 
 namespace fencelock::torture {
 
+const char* verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kSafe:
+      return "SAFE";
+    case Verdict::kUnsafe:
+      return "UNSAFE";
+    case Verdict::kInconclusive:
+      return "INCONCLUSIVE";
+  }
+  return "INCONCLUSIVE";
+}
+
 namespace {
 
-bool paused_between(const RunRecord& record, int worker, Nanos from, Nanos to) {
-  return std::any_of(record.pauses.begin(), record.pauses.end(), [&](const PauseWindow& p) {
-    return p.worker == worker && p.from <= to && p.to >= from;
-  });
-}
+constexpr std::size_t kMaxDetails = 20;
+constexpr Nanos kMs = 1'000'000;
+
+double ms(Nanos n) { return static_cast<double>(n) / 1e6; }
+
+class Checker {
+ public:
+  Checker(const RunRecord& record, const CheckOptions& options)
+      : record_(record),
+        options_(options),
+        margin_(2 * options.ttl.count()),
+        allowance_(options.lost_allowance.count()) {
+    for (const LeaseReport& lease : record.leases) leases_[{lease.pid, lease.token}] = &lease;
+    for (const InjectedFault& f : record.faults) {
+      if (f.kind == "skew" && f.pid != 0) skewed_.insert(f.pid);
+    }
+  }
+
+  Report run() {
+    report_.operations = 0;
+    report_.grants = record_.grant_log.size();
+    report_.faults = record_.faults.size();
+    replay_register();
+    check_tokens();
+    check_leases();
+    check_faults();
+    check_floors();
+    for (const std::string& failure : record_.control_failures) {
+      report_.inconclusive.push_back("the server-control program failed: " + failure);
+    }
+    return report_;
+  }
+
+ private:
+  void violation(std::string text) {
+    if (report_.violations.size() < kMaxDetails) report_.violations.push_back(std::move(text));
+  }
+
+  bool skewed(long pid) const { return skewed_.count(pid) > 0; }
+
+  bool paused_between(int worker, Nanos from, Nanos to) const {
+    return std::any_of(record_.pauses.begin(), record_.pauses.end(), [&](const PauseWindow& p) {
+      return p.worker == worker && p.from <= to && p.to >= from;
+    });
+  }
+
+  bool in_fault_window(Nanos t) const {
+    return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
+      return f.at <= t && t <= f.healed_at + margin_;
+    });
+  }
+
+  const LeaseReport* lease_of(long pid, std::uint64_t token) const {
+    auto it = leases_.find({pid, token});
+    return it == leases_.end() ? nullptr : it->second;
+  }
+
+  struct Holder {
+    int worker = 0;
+    std::uint64_t token = 0;
+  };
+
+  // B (`entering`) began its critical section at `at` while `older` (process `pid`) was inside.
+  enum class OverlapKind { kAfterExpiry, kExcused, kViolation };
+  OverlapKind classify(long pid, const Holder& older, const RegisterEvent& entering) const {
+    const LeaseReport* lease = lease_of(pid, older.token);
+    if (skewed(pid)) return OverlapKind::kExcused;
+    if (lease != nullptr && lease->valid_until <= entering.at) return OverlapKind::kAfterExpiry;
+    if ((!options_.validity_bound || lease == nullptr) && in_fault_window(entering.at)) {
+      return OverlapKind::kExcused;
+    }
+    return OverlapKind::kViolation;
+  }
+
+  void overlap(const std::map<long, Holder>& inside, const RegisterEvent& e) {
+    bool any = false;
+    OverlapKind worst = OverlapKind::kAfterExpiry;
+    for (const auto& [pid, holder] : inside) {
+      if (pid == e.pid) continue;
+      any = true;
+      OverlapKind kind = classify(pid, holder, e);
+      if (kind == OverlapKind::kViolation) {
+        const LeaseReport* lease = lease_of(pid, holder.token);
+        violation(lease == nullptr
+                      ? fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
+                                    "(token {}) was inside, outside any fault",
+                                    e.worker, e.token, holder.worker, holder.token)
+                      : fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
+                                    "(token {}) was inside with {:.1f} ms of validity left",
+                                    e.worker, e.token, holder.worker, holder.token,
+                                    ms(lease->valid_until - e.at)));
+      }
+      worst = std::max(worst, kind);
+    }
+    if (!any) return;
+    report_.overlaps++;
+    if (worst == OverlapKind::kViolation) report_.exclusion_violations++;
+    if (worst == OverlapKind::kExcused) report_.overlaps_excused++;
+    if (worst == OverlapKind::kAfterExpiry) report_.overlaps_after_expiry++;
+  }
+
+  // The register's log in order: overlaps, refusals, applied writes and their token order.
+  void replay_register() {
+    std::map<long, Holder> inside;  // by process
+    std::uint64_t highest = 0;      // the highest token the fence had admitted (per its rule)
+    for (const RegisterEvent& e : record_.register_events) {
+      switch (e.kind) {
+        case RegisterEvent::kEnter:
+          report_.operations++;
+          overlap(inside, e);
+          inside[e.pid] = {e.worker, e.token};
+          if (!e.accepted) report_.writes_rejected++;
+          if (e.accepted && options_.fence == FenceMode::kFull) highest = std::max(highest, e.token);
+          break;
+        case RegisterEvent::kWrite:
+          report_.operations++;
+          if (!e.accepted) {
+            report_.writes_rejected++;
+            break;
+          }
+          report_.writes_applied++;
+          if (e.token < highest) {
+            report_.fenced_violations++;
+            violation(fmt::format("fence: worker {} wrote {} with token {} after token {} was "
+                                  "admitted",
+                                  e.worker, e.value, e.token, highest));
+          }
+          highest = std::max(highest, e.token);
+          break;
+        case RegisterEvent::kExit:
+          report_.operations++;
+          inside.erase(e.pid);
+          break;
+        case RegisterEvent::kLeave:
+          inside.erase(e.pid);
+          break;
+        default:
+          break;
+      }
+    }
+    // Every applied write is an increment (read + 1): the final value must count all of them.
+    if (report_.writes_applied > record_.final_value) {
+      report_.lost_updates = report_.writes_applied - record_.final_value;
+      violation(fmt::format("lost updates: {} increments applied, final value {}",
+                            report_.writes_applied, record_.final_value));
+    }
+    unavailability();
+  }
+
+  // Strictly increasing across successive grants: against every grant that completed before
+  // this one began (register clock), and never the same token twice.
+  void check_tokens() {
+    std::map<std::uint64_t, const GrantRecord*> seen;
+    for (const GrantRecord& g : record_.grant_log) {
+      auto [it, fresh] = seen.emplace(g.token, &g);
+      if (!fresh) {
+        report_.token_violations++;
+        violation(fmt::format("token {} granted twice (workers {} and {})", g.token,
+                              it->second->worker, g.worker));
+      }
+    }
+    std::vector<const GrantRecord*> by_start;
+    for (const GrantRecord& g : record_.grant_log) by_start.push_back(&g);
+    std::sort(by_start.begin(), by_start.end(),
+              [](const GrantRecord* a, const GrantRecord* b) { return a->asked_at < b->asked_at; });
+    std::vector<const GrantRecord*> by_end = by_start;
+    std::sort(by_end.begin(), by_end.end(),
+              [](const GrantRecord* a, const GrantRecord* b) { return a->at < b->at; });
+    std::size_t done = 0;
+    const GrantRecord* newest = nullptr;  // the completed grant with the highest token
+    for (const GrantRecord* g : by_start) {
+      for (; done < by_end.size() && by_end[done]->at < g->asked_at; ++done) {
+        if (newest == nullptr || by_end[done]->token > newest->token) newest = by_end[done];
+      }
+      if (newest != nullptr && g->token < newest->token) {
+        report_.token_violations++;
+        violation(fmt::format("token regression: worker {} was granted {} after worker {} had "
+                              "been granted {}",
+                              g->worker, g->token, newest->worker, newest->token));
+      }
+    }
+  }
+
+  void check_leases() {
+    for (const LeaseReport& lease : record_.leases) {
+      if (skewed(lease.pid)) continue;  // its clock, and so its account, is fake
+      if (!lease.lost) {
+        if (lease.observed_at > lease.valid_until + allowance_ &&
+            !paused_between(lease.worker, lease.valid_until, lease.observed_at)) {
+          report_.unsignalled_expiries++;
+          violation(fmt::format("worker {} (token {}): validity passed {:.1f} ms before it looked, "
+                                "without lost()",
+                                lease.worker, lease.token,
+                                ms(lease.observed_at - lease.valid_until)));
+        }
+        continue;
+      }
+      report_.lost_signals++;
+      const Nanos late = lease.fired_at - lease.valid_until;
+      const Nanos from = lease.callback_ran ? lease.valid_until
+                                            : std::min(lease.valid_until, lease.fired_at) - 200 * kMs;
+      if (paused_between(lease.worker, from, lease.fired_at)) continue;
+      if (!lease.callback_ran) {
+        report_.late_lost++;
+        violation(fmt::format("worker {} (token {}): lost() fired but its callback had not run "
+                              "100 ms later",
+                              lease.worker, lease.token));
+        continue;
+      }
+      if (late <= 0) continue;
+      report_.max_lost_delay = std::max(report_.max_lost_delay, late);
+      if (late > allowance_) {
+        report_.late_lost++;
+        violation(fmt::format("worker {} (token {}): lost() fired {:.1f} ms after valid_until()",
+                              lease.worker, lease.token, ms(late)));
+      }
+    }
+  }
+
+  // What the logs show of a fault's effect, on top of what the orchestrator saw.
+  std::string missing_evidence(const InjectedFault& f) const {
+    const Nanos until = f.healed_at + margin_;
+    const auto& events = record_.register_events;
+    if (f.kind == "pause") {
+      if (!f.took_effect) return f.note;
+      const bool lost = std::any_of(record_.leases.begin(), record_.leases.end(),
+                                    [&](const LeaseReport& l) {
+                                      return l.pid == f.pid && l.lost && l.observed_at >= f.at &&
+                                             l.observed_at <= until;
+                                    });
+      const bool refused = std::any_of(events.begin(), events.end(), [&](const RegisterEvent& e) {
+        return e.pid == f.pid && (e.kind == RegisterEvent::kEnter || e.kind == RegisterEvent::kWrite) &&
+               !e.accepted && e.at >= f.at && e.at <= until;
+      });
+      return lost || refused ? "" : "the paused worker neither lost its lease nor was refused";
+    }
+    if (f.kind == "kill") {
+      if (!f.took_effect) return f.note;
+      const bool restarted = std::any_of(events.begin(), events.end(), [&](const RegisterEvent& e) {
+        return e.kind == RegisterEvent::kHello && e.worker == f.worker && e.pid != f.pid &&
+               e.at >= f.at;
+      });
+      return restarted ? "" : "no new worker started after the kill";
+    }
+    if (f.kind == "skew" || f.kind == "jump") {
+      const RegisterEvent* hello = nullptr;
+      for (const RegisterEvent& e : events) {
+        if (e.pid != f.pid) continue;
+        if (e.kind == RegisterEvent::kHello) hello = &e;
+        if (e.kind == RegisterEvent::kLeave || e.at < f.at || e.at > f.healed_at) continue;
+        if (f.kind == "jump" && e.worker_wall - e.wall <= -20'000 * kMs) return "";
+        if (f.kind == "skew" && hello != nullptr && e.at - hello->at >= 200 * kMs &&
+            2 * (e.worker_steady - hello->worker_steady) < e.at - hello->at) {
+          return "";
+        }
+      }
+      return f.kind == "jump" ? "the worker's wall clock was never seen behind"
+                              : "the worker's clock was never seen running slow";
+    }
+    return f.took_effect ? "" : (f.note.empty() ? "no effect was seen" : f.note);
+  }
+
+  void check_faults() {
+    std::map<std::string, std::string> why_not;  // by kind: the last reason
+    for (const InjectedFault& f : record_.faults) {
+      Report::PerFault& kind = report_.by_fault[f.kind];
+      kind.count++;
+      const std::string missing = missing_evidence(f);
+      if (missing.empty()) {
+        kind.effective++;
+      } else {
+        why_not[f.kind] = missing;
+      }
+    }
+    for (const std::string& kind : options_.requested_faults) {
+      auto it = report_.by_fault.find(kind);
+      if (it == report_.by_fault.end() || it->second.count == 0) {
+        report_.inconclusive.push_back(
+            fmt::format("no {} fault was injected (is the run long enough?)", kind));
+      } else if (it->second.effective == 0) {
+        report_.inconclusive.push_back(fmt::format("none of the {} {} faults took effect ({})",
+                                                   it->second.count, kind, why_not[kind]));
+      }
+    }
+  }
+
+  void check_floors() {
+    const std::uint64_t floor = std::max<std::uint64_t>(
+        3, static_cast<std::uint64_t>(options_.duration.count() / (4 * options_.ttl.count())));
+    if (report_.grants < floor) {
+      report_.inconclusive.push_back(fmt::format(
+          "only {} grants (at least {} needed): is the key held by someone else?",
+          report_.grants, floor));
+    }
+    if (report_.writes_applied < floor) {
+      report_.inconclusive.push_back(fmt::format("only {} writes applied (at least {} needed)",
+                                                 report_.writes_applied, floor));
+    }
+  }
+
+  // Per fault: from its heal to the next admitted critical section.
+  void unavailability() {
+    for (const InjectedFault& f : record_.faults) {
+      Nanos next = record_.ended_at;
+      for (const RegisterEvent& e : record_.register_events) {
+        if (e.kind == RegisterEvent::kEnter && e.accepted && e.at >= f.healed_at) {
+          next = e.at;
+          break;
+        }
+      }
+      report_.max_unavailable = std::max(report_.max_unavailable, next - f.healed_at);
+      Report::PerFault& kind = report_.by_fault[f.kind];
+      kind.max_unavailable = std::max(kind.max_unavailable, next - f.healed_at);
+    }
+  }
+
+  const RunRecord& record_;
+  const CheckOptions& options_;
+  const Nanos margin_;
+  const Nanos allowance_;
+  std::map<std::pair<long, std::uint64_t>, const LeaseReport*> leases_;
+  std::set<long> skewed_;
+  Report report_;
+};
 
 }  // namespace
 
-Report check(const RunRecord& record, std::chrono::nanoseconds lost_allowance) {
-  Report report;
-  report.operations = record.register_events.size();
-  report.grants = record.grant_log.size();
-  report.faults = record.faults.size();
-  std::uint64_t highest_applied = 0;
-  for (const RegisterEvent& e : record.register_events) {
-    if (e.kind == RegisterEvent::kEnter) {
-      if (e.overlapped) report.overlaps++;
-      if (!e.accepted) report.writes_rejected++;
-    } else if (e.kind == RegisterEvent::kWrite) {
-      if (!e.accepted) {
-        report.writes_rejected++;
-        continue;
-      }
-      report.writes_applied++;
-      if (e.token < highest_applied) report.fenced_violations++;
-      highest_applied = std::max(highest_applied, e.token);
-    }
-  }
-  // Every applied write is an increment (read + 1): the final value must count all of them.
-  if (report.writes_applied > record.final_value)
-    report.lost_updates = report.writes_applied - record.final_value;
-
-  for (const LostSignal& s : record.lost) {
-    report.lost_signals++;
-    const Nanos late = s.fired_at - s.valid_until;
-    if (late <= 0 || paused_between(record, s.worker, s.granted_at, s.fired_at)) continue;
-    report.max_lost_delay = std::max(report.max_lost_delay, late);
-    if (late > lost_allowance.count()) report.late_lost++;
-  }
-
-  for (const InjectedFault& f : record.faults) {
-    Nanos next = record.ended_at;
-    for (const RegisterEvent& e : record.register_events) {
-      if (e.kind == RegisterEvent::kEnter && e.accepted && e.at >= f.healed_at) {
-        next = e.at;
-        break;
-      }
-    }
-    report.max_unavailable = std::max(report.max_unavailable, next - f.healed_at);
-    Report::PerFault& kind = report.by_fault[f.kind];
-    kind.count++;
-    kind.max_unavailable = std::max(kind.max_unavailable, next - f.healed_at);
-  }
-  return report;
+Report check(const RunRecord& record, const CheckOptions& options) {
+  return Checker(record, options).run();
 }
 
 }  // namespace fencelock::torture

@@ -1,48 +1,105 @@
-// The torture checker: pure analysis of a RunRecord (no I/O), unit-tested with hand-made logs.
+// The torture checker: pure analysis of a RunRecord (no I/O), unit-tested with hand-made histories
+// (tests/unit/torture_checker_test.cpp), one per property: each verdict must be able to fail.
 //
-//   fenced_violations  writes applied with a token lower than one applied before (must be 0)
-//   lost_updates       applied increments minus the final value (must be 0)
-//   overlaps           critical sections that began while another was open (raw mutual exclusion;
-//                      expected 0 without faults, may be > 0 under pauses: fencing absorbs them)
-//   late_lost          lost() fired after valid_until() + allowance, on a worker that was not
-//                      paused during that lease (must be 0)
-//   max_unavailable    longest time from a fault's heal to the next admitted critical section
+// Safety (each must be 0, else the verdict is UNSAFE):
+//   fenced_violations     an applied write whose token is below one the fence had admitted before
+//                         it (full fence: any admitted read or write; write-only and none: any
+//                         applied write), recomputed from the register's log with the checker's
+//                         own comparison, not taken from the gate that decided
+//   lost_updates          applied increments minus the final value
+//   token_violations      a grant whose token is not above the token of every grant that had
+//                         completed before it began (register clock), or a token granted twice
+//   exclusion_violations  a critical section that began while another holder's lease was still
+//                         valid by that holder's own valid_until(), unless excused: the older
+//                         holder's clock was faked (skew), or the backend promises no validity
+//                         (PostgreSQL advisory) and a fault was active (its window plus a margin
+//                         of 2 TTL), or the older holder left no report and a fault was active
+//   late_lost             lost() fired more than `lost_allowance` after valid_until(), or its
+//                         callback had not run 100 ms after the token fired, with no pause of
+//                         that worker overlapping [valid_until, fired_at]
+//   unsignalled_expiries  a lease whose validity passed without lost() firing (same excuse)
+// Observed (not violations): overlaps (critical sections that began while another was open),
+// split into those after the older lease's validity (the fence must absorb them) and excused
+// ones; stale refusals; lost() signals; unavailability after each fault's heal.
+//
+// A run that proves nothing is INCONCLUSIVE (never SAFE): fewer grants or applied writes than the
+// floor max(3, duration / (4 TTL)); a fault kind asked for that was never injected or never took
+// effect (pause: the worker was stopped and then lost its lease or had a read or write refused;
+// kill: it died of SIGKILL and a new worker said hello; skew: the new worker's clock ran at less
+// than half speed; jump: its wall clock was 20 s or more behind; network faults: the proxies
+// delayed, reset or froze a connection; server-kill: the control program succeeded both ways and
+// the port refused connections); a control program that failed.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "torture/events.h"
 
 namespace fencelock::torture {
 
+enum class Verdict { kSafe, kUnsafe, kInconclusive };
+
+// "SAFE", "UNSAFE", "INCONCLUSIVE".
+const char* verdict_name(Verdict verdict);
+
+struct CheckOptions {
+  std::chrono::nanoseconds ttl{std::chrono::seconds(2)};        // the workers' lease TTL
+  std::chrono::nanoseconds duration{std::chrono::seconds(30)};  // the run's length
+  // How late after valid_until() a lost() signal may fire before it counts (timer and
+  // scheduling slack of an unpaused process).
+  std::chrono::nanoseconds lost_allowance{std::chrono::milliseconds(25)};
+  FenceMode fence = FenceMode::kFull;
+  // False for a backend that promises no validity (PostgreSQL advisory locks: the server frees a
+  // lock the moment its session dies).
+  bool validity_bound = true;
+  std::vector<std::string> requested_faults;  // the kinds asked for
+};
+
 struct Report {
-  std::uint64_t operations = 0;  // register operations
+  std::uint64_t operations = 0;  // register reads, writes and exits
   std::uint64_t grants = 0;
   std::uint64_t writes_applied = 0;
-  std::uint64_t writes_rejected = 0;  // stale writes and stale reads refused by the fence
+  std::uint64_t writes_rejected = 0;  // stale reads and writes refused by the fence
+  std::uint64_t faults = 0;
+
   std::uint64_t fenced_violations = 0;
   std::uint64_t lost_updates = 0;
-  std::uint64_t overlaps = 0;
+  std::uint64_t token_violations = 0;
+  std::uint64_t exclusion_violations = 0;
   std::uint64_t late_lost = 0;
+  std::uint64_t unsignalled_expiries = 0;
+
+  std::uint64_t overlaps = 0;
+  std::uint64_t overlaps_after_expiry = 0;
+  std::uint64_t overlaps_excused = 0;
   std::uint64_t lost_signals = 0;
-  std::uint64_t faults = 0;
+  Nanos max_lost_delay = 0;  // over unexcused signals: fired_at - valid_until, if positive
   Nanos max_unavailable = 0;
   struct PerFault {
     std::uint64_t count = 0;
+    std::uint64_t effective = 0;  // injections with evidence that they took effect
     Nanos max_unavailable = 0;
   };
   std::map<std::string, PerFault> by_fault;  // by fault kind
-  Nanos max_lost_delay = 0;  // over non-paused workers: fired_at - valid_until, if positive
 
-  // No fenced violation, no lost update, no late lost() signal.
-  bool safe() const { return fenced_violations == 0 && lost_updates == 0 && late_lost == 0; }
+  std::vector<std::string> violations;    // the first few, described (at most 20)
+  std::vector<std::string> inconclusive;  // why the run proves nothing
+
+  std::uint64_t violation_count() const {
+    return fenced_violations + lost_updates + token_violations + exclusion_violations +
+           late_lost + unsignalled_expiries;
+  }
+  Verdict verdict() const {
+    if (violation_count() > 0) return Verdict::kUnsafe;
+    return inconclusive.empty() ? Verdict::kSafe : Verdict::kInconclusive;
+  }
+  bool safe() const { return verdict() == Verdict::kSafe; }
 };
 
-// `lost_allowance`: how late after valid_until() a lost() signal may fire before it counts
-// (timer and scheduling slack of an unpaused process).
-Report check(const RunRecord& record, std::chrono::nanoseconds lost_allowance);
+Report check(const RunRecord& record, const CheckOptions& options);
 
 }  // namespace fencelock::torture

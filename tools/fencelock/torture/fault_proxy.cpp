@@ -67,6 +67,7 @@ struct FaultProxy::Impl {
   NetworkFault fault = NetworkFault::kNone;  // GUARDED_BY(mu)
   std::chrono::milliseconds delay{0};        // GUARDED_BY(mu)
   std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> actions{0};
   std::list<Pair> pairs;  // owned by the loop thread
   std::thread loop;
 
@@ -96,6 +97,7 @@ struct FaultProxy::Impl {
     }
     if (now == NetworkFault::kDrop) {
       reset_and_close(client);
+      actions++;
       return;
     }
     int server = connect_target();
@@ -112,11 +114,12 @@ struct FaultProxy::Impl {
     pairs.push_back(std::move(pair));
   }
 
-  static void read_into(Flow& flow, Clock::time_point due, Pair& pair) {
+  void read_into(Flow& flow, Clock::time_point due, bool delayed, Pair& pair) {
     char buf[65536];
     ssize_t n = ::read(flow.from, buf, sizeof buf);
     if (n > 0) {
       flow.pending.push_back({due, std::string(buf, static_cast<std::size_t>(n))});
+      if (delayed) actions++;
     } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
       flow.from_closed = true;
       if (flow.pending.empty()) pair.dead = true;
@@ -144,6 +147,7 @@ struct FaultProxy::Impl {
   }
 
   void run() {
+    NetworkFault previous = NetworkFault::kNone;
     while (!stopping.load()) {
       NetworkFault now_fault;
       std::chrono::milliseconds now_delay;
@@ -153,9 +157,14 @@ struct FaultProxy::Impl {
         now_delay = delay;
       }
       if (now_fault == NetworkFault::kDrop) {
+        actions += pairs.size();
         for (auto& pair : pairs) close_pair(pair, /*hard=*/true);
         pairs.clear();
       }
+      if (now_fault == NetworkFault::kBlackhole && previous != NetworkFault::kBlackhole) {
+        actions += pairs.size();
+      }
+      previous = now_fault;
       // A black hole polls neither the connections nor the listener: new connections wait in
       // the kernel's accept queue, established ones keep their bytes in the kernel's buffers.
       const bool flowing = now_fault != NetworkFault::kBlackhole;
@@ -197,7 +206,9 @@ struct FaultProxy::Impl {
         auto [flow, pair] = flows[i];
         const pollfd& in = fds[2 + 2 * i];
         const pollfd& out = fds[3 + 2 * i];
-        if (in.revents & (POLLIN | POLLHUP | POLLERR)) read_into(*flow, now + now_delay, *pair);
+        if (in.revents & (POLLIN | POLLHUP | POLLERR)) {
+          read_into(*flow, now + now_delay, now_delay.count() > 0, *pair);
+        }
         if (out.revents & (POLLHUP | POLLERR)) pair->dead = true;
         write_due(*flow, now, *pair);
       }
@@ -254,6 +265,8 @@ FaultProxy::~FaultProxy() {
 }
 
 std::uint16_t FaultProxy::port() const { return impl_->port; }
+
+std::uint64_t FaultProxy::fault_actions() const { return impl_->actions.load(); }
 
 void FaultProxy::set_fault(NetworkFault fault, std::chrono::milliseconds delay) {
   {

@@ -36,6 +36,10 @@ class FaultProxy {
   std::uint16_t port() const;
   // `delay` applies to kLatency only.
   void set_fault(NetworkFault fault, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+  // How often a fault has acted since the proxy started: chunks held back by kLatency,
+  // connections reset or refused by kDrop, open connections frozen when a kBlackhole began. The
+  // torture tester's evidence that a network fault took effect.
+  std::uint64_t fault_actions() const;
 
   struct Impl;
 

@@ -1,6 +1,10 @@
 #include "torture/orchestrator.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,6 +89,15 @@ class WorkerProcess {
   void signal(int sig) const {
     if (pid_ > 0) ::kill(pid_, sig);
   }
+  long pid() const { return static_cast<long>(pid_); }
+  // True when the process is stopped (SIGSTOP took effect): state 'T' in /proc/PID/stat.
+  bool stopped() const {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid_));
+    std::string line;
+    std::getline(stat, line);
+    auto close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
+  }
   // Waits up to `limit` for the process to exit; true when it did.
   bool wait_for(milliseconds limit) {
     for (auto until = Clock::now() + limit; pid_ > 0; std::this_thread::sleep_for(milliseconds(20))) {
@@ -96,12 +109,15 @@ class WorkerProcess {
     }
     return true;
   }
-  void kill_and_reap() {
-    if (pid_ <= 0) return;
+  // True when the process died of this SIGKILL (not of something else before it).
+  bool kill_and_reap() {
+    if (pid_ <= 0) return false;
     ::kill(pid_, SIGKILL);
     ::kill(pid_, SIGCONT);
-    ::waitpid(pid_, nullptr, 0);
+    int status = 0;
+    const bool reaped = ::waitpid(pid_, &status, 0) == pid_;
     pid_ = -1;
+    return reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
   }
   int id() const { return id_; }
 
@@ -113,20 +129,34 @@ class WorkerProcess {
 };
 
 struct ActiveFault {
-  std::string kind;
-  Nanos at = 0;
+  InjectedFault record;
   Clock::time_point heal_at;
   std::optional<int> paused_worker;
   std::optional<int> skewed_worker;
   std::optional<int> jumped_worker;
   bool restart_servers = false;
+  std::uint64_t proxy_actions_before = 0;
 };
+
+// Whether a TCP connection to host:port is refused or fails (the server is down). A host that
+// is not an IPv4 address cannot be checked: nullopt.
+std::optional<bool> port_refuses(const std::string& host, std::uint16_t port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return std::nullopt;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0;
+  ::close(fd);
+  return refused;
+}
 
 class Orchestrator {
  public:
   Orchestrator(RunSettings settings, std::string uri, std::string dir)
       : settings_(std::move(settings)), dir_(std::move(dir)) {
-    reg_ = std::make_unique<SharedRegister>(dir_ + "/register.sock", settings_.fenced);
+    reg_ = std::make_unique<SharedRegister>(dir_ + "/register.sock", settings_.fence);
     if (std::count(settings_.faults.begin(), settings_.faults.end(), "skew") +
             std::count(settings_.faults.begin(), settings_.faults.end(), "jump") >
         0) {
@@ -198,17 +228,58 @@ class Orchestrator {
     }
     record.ended_at = monotonic_now();
     record.register_events = reg_->events();
+    record.grant_log = grants_of(record.register_events);
     record.final_value = reg_->value();
+    record.control_failures = control_failures_;
     read_worker_logs(record);
+    write_history(record);
     return record;
   }
 
  private:
-  // Runs `server_control ARGS` (output to the run's directory); a failure is noted there.
-  void run_control(const std::string& args) const {
-    const std::string command = fmt::format("'{}' {} >>'{}/server-control.log' 2>&1",
-                                            settings_.server_control, args, dir_);
-    (void)std::system(command.c_str());
+  // Runs `server_control ARGS...` by fork/exec (no shell: the arguments are never parsed), its
+  // output appended to the run's server-control.log. True when it exited 0; a failure is kept
+  // for the report (the fault then did not take effect).
+  bool run_control(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {settings_.server_control};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    const std::string log = dir_ + "/server-control.log";
+    const int out = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      if (out >= 0) {
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(out, STDERR_FILENO);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execv(raw[0], raw.data());
+      ::_exit(127);
+    }
+    if (out >= 0) ::close(out);
+    int status = 0;
+    const bool ran = pid > 0 && ::waitpid(pid, &status, 0) == pid;
+    const bool ok = ran && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok) {
+      std::string words;
+      for (const auto& a : argv) words += (words.empty() ? "" : " ") + a;
+      control_failures_.push_back(
+          !ran ? fmt::format("'{}' could not be started", words)
+          : WIFEXITED(status)
+              ? fmt::format("'{}' exited {}", words, WEXITSTATUS(status))
+              : fmt::format("'{}' was killed by signal {}", words, WTERMSIG(status)));
+    }
+    return ok;
+  }
+
+  std::uint64_t proxy_actions() const {
+    std::uint64_t total = 0;
+    for (const auto& p : proxies_) total += p->fault_actions();
+    return total;
   }
 
   std::string log_of(int id) const { return fmt::format("{}/worker-{}.log", dir_, id); }
@@ -236,47 +307,75 @@ class Orchestrator {
             "--ttl-ms",
             std::to_string(settings_.ttl.count()),
             "--critical-ms",
-            std::to_string(settings_.critical.count())};
+            std::to_string(settings_.critical.count()),
+            "--key",
+            settings_.key};
   }
 
   ActiveFault inject(const std::string& kind, RunRecord& record) {
-    ActiveFault fault{kind, monotonic_now(), Clock::now(), std::nullopt};
+    ActiveFault fault;
+    fault.record.kind = kind;
+    fault.record.at = monotonic_now();
+    fault.heal_at = Clock::now();
+    fault.proxy_actions_before = proxy_actions();
     const auto pick = [&] {
       return reg_->worker_inside().value_or(static_cast<int>(record.faults.size()) %
                                             settings_.workers);
+    };
+    const auto hit = [&](int worker) -> WorkerProcess& {
+      fault.record.worker = worker;
+      fault.record.pid = workers_[static_cast<std::size_t>(worker)]->pid();
+      return *workers_[static_cast<std::size_t>(worker)];
     };
     if (kind == "pause") {
       // Wait (a little) for a holder between its read and its write: the GC pause that hurts.
       for (int i = 0; i < 500 && !reg_->worker_between_read_and_write(); ++i)
         std::this_thread::sleep_for(milliseconds(2));
       fault.paused_worker = pick();
-      workers_[static_cast<std::size_t>(*fault.paused_worker)]->signal(SIGSTOP);
+      WorkerProcess& w = hit(*fault.paused_worker);
+      w.signal(SIGSTOP);
+      for (int i = 0; i < 100 && !fault.record.took_effect; ++i) {
+        fault.record.took_effect = w.stopped();
+        if (!fault.record.took_effect) std::this_thread::sleep_for(milliseconds(1));
+      }
+      if (!fault.record.took_effect) fault.record.note = "the process was never seen stopped";
       fault.heal_at += settings_.ttl * 3 / 2;
     } else if (kind == "kill") {
-      auto& w = workers_[static_cast<std::size_t>(pick())];
-      w->kill_and_reap();
-      w->start();
+      WorkerProcess& w = hit(pick());
+      fault.record.took_effect = w.kill_and_reap();
+      if (!fault.record.took_effect) fault.record.note = "the worker had already exited";
+      w.start();
     } else if (kind == "skew") {
       // Restarted with a clock (monotonic and wall) running at a quarter of the real rate: its
       // renewals come too late and its own idea of validity is 4x too long, so its first (long)
       // critical section outlives its lease. Healed by a restart with the real clock.
       fault.skewed_worker = pick();
-      auto& w = workers_[static_cast<std::size_t>(*fault.skewed_worker)];
-      w->kill_and_reap();
-      w->start({"LD_PRELOAD=" + faketime_, "FAKETIME=+0 x0.25", "FAKETIME_DONT_FAKE_MONOTONIC=0",
-                "DONT_FAKE_MONOTONIC=0", "FAKETIME_TIMESTAMP_FILE="});
+      WorkerProcess& w = hit(*fault.skewed_worker);
+      w.kill_and_reap();
+      w.start({"LD_PRELOAD=" + faketime_, "FAKETIME=+0 x0.25", "FAKETIME_DONT_FAKE_MONOTONIC=0",
+               "DONT_FAKE_MONOTONIC=0", "FAKETIME_TIMESTAMP_FILE="});
+      fault.record.pid = w.pid();  // the skewed process (its clock shows the skew: checker)
       fault.heal_at += settings_.ttl * 5;
     } else if (kind == "jump") {
       // The wall clock of one worker steps back 30 s (as an NTP step would); CLOCK_MONOTONIC
       // does not move. fencelock must not care (Redis FIFO tickets use the wall clock: fairness
       // may suffer, never safety).
       fault.jumped_worker = pick();
+      hit(*fault.jumped_worker);
       std::ofstream(clock_file(*fault.jumped_worker)) << "-30s\n";
       fault.heal_at += settings_.ttl * 2;
     } else if (kind == "server-kill") {
       // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      run_control(fmt::format("kill {}", victim.port));
+      const bool killed = run_control({"kill", std::to_string(victim.port)});
+      const std::optional<bool> down = port_refuses(victim.host, victim.port);
+      fault.record.took_effect = killed && down.value_or(true);
+      if (!killed) {
+        fault.record.note = "the control program's kill failed";
+      } else if (!down.value_or(true)) {
+        fault.record.note = fmt::format("{}:{} still accepted connections after the kill",
+                                        victim.host, victim.port);
+      }
       fault.restart_servers = true;
       fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
@@ -295,20 +394,60 @@ class Orchestrator {
     return fault;
   }
 
-  void heal(const ActiveFault& fault, RunRecord& record) {
+  void heal(ActiveFault& fault, RunRecord& record) {
     if (fault.skewed_worker) {
       auto& w = workers_[static_cast<std::size_t>(*fault.skewed_worker)];
       w->kill_and_reap();
       w->start();
     }
     if (fault.jumped_worker) std::ofstream(clock_file(*fault.jumped_worker)) << "+0\n";
-    if (fault.restart_servers) run_control("start");
+    if (fault.restart_servers && !run_control({"start"})) {
+      fault.record.took_effect = false;
+      fault.record.note += fault.record.note.empty() ? "the control program's start failed"
+                                                     : "; its start failed too";
+    }
     if (fault.paused_worker) {
+      // Resume the stale holder while a newer one is between its read and its write (bounded).
+      for (auto until = Clock::now() + settings_.ttl;
+           Clock::now() < until && !reg_->worker_between_read_and_write(*fault.paused_worker);)
+        std::this_thread::sleep_for(milliseconds(1));
       workers_[static_cast<std::size_t>(*fault.paused_worker)]->signal(SIGCONT);
-      record.pauses.push_back({*fault.paused_worker, fault.at, monotonic_now()});
+      record.pauses.push_back({*fault.paused_worker, fault.record.at, monotonic_now()});
     }
     for (auto& p : proxies_) p->set_fault(NetworkFault::kNone);
-    record.faults.push_back({fault.kind, fault.at, monotonic_now()});
+    if (fault.record.kind == "latency" || fault.record.kind == "drop" ||
+        fault.record.kind == "partition") {
+      const std::uint64_t acted = proxy_actions() - fault.proxy_actions_before;
+      fault.record.took_effect = acted > 0;
+      if (acted == 0) fault.record.note = "no connection was delayed, reset or frozen";
+    }
+    fault.record.healed_at = monotonic_now();
+    record.faults.push_back(fault.record);
+  }
+
+  // The register's log and the faults as JSON lines in the run's directory, for diagnosis.
+  void write_history(const RunRecord& record) const {
+    static constexpr const char* kKinds[] = {"hello", "acquire", "grant", "enter",
+                                             "write", "exit",    "leave", "tick"};
+    std::ofstream out(dir_ + "/history.jsonl");
+    for (const RegisterEvent& e : record.register_events) {
+      out << nlohmann::json{{"t", kKinds[e.kind]},     {"worker", e.worker},
+                            {"pid", e.pid},            {"token", e.token},
+                            {"accepted", e.accepted},  {"value", e.value},
+                            {"at", e.at},              {"wall", e.wall},
+                            {"worker_steady", e.worker_steady},
+                            {"worker_wall", e.worker_wall}}
+                 .dump()
+          << "\n";
+    }
+    for (const InjectedFault& f : record.faults) {
+      out << nlohmann::json{{"t", "fault"},         {"kind", f.kind},
+                            {"at", f.at},           {"healed_at", f.healed_at},
+                            {"worker", f.worker},   {"pid", f.pid},
+                            {"took_effect", f.took_effect}, {"note", f.note}}
+                 .dump()
+          << "\n";
+    }
   }
 
   void read_worker_logs(RunRecord& record) const {
@@ -317,16 +456,18 @@ class Orchestrator {
       for (std::string line; std::getline(in, line);) {
         auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
         if (j.is_discarded() || !j.is_object()) continue;  // a killed worker's half line
-        const std::string t = j.value("t", "");
-        if (t == "grant") {
-          record.grant_log.push_back({j.value("worker", 0), j.value("token", std::uint64_t{0}),
-                                      j.value("at", Nanos{0})});
-        }
-        if (t == "lost") {
-          record.lost.push_back({j.value("worker", 0), j.value("token", std::uint64_t{0}),
-                                 j.value("granted_at", Nanos{0}), j.value("at", Nanos{0}),
-                                 j.value("valid_until", Nanos{0})});
-        }
+        if (j.value("t", "") != "lease") continue;
+        LeaseReport r;
+        r.worker = j.value("worker", 0);
+        r.pid = j.value("pid", 0L);
+        r.token = j.value("token", std::uint64_t{0});
+        r.granted_at = j.value("granted_at", Nanos{0});
+        r.valid_until = j.value("valid_until", Nanos{0});
+        r.lost = j.value("lost", false);
+        r.callback_ran = j.value("callback_ran", true);
+        r.fired_at = j.value("fired_at", Nanos{0});
+        r.observed_at = j.value("observed_at", Nanos{0});
+        record.leases.push_back(r);
       }
     }
   }
@@ -339,6 +480,7 @@ class Orchestrator {
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
   std::vector<HostPort> servers_;  // for server-kill: the servers of the URI
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
+  std::vector<std::string> control_failures_;
 };
 
 }  // namespace

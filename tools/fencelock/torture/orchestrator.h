@@ -4,7 +4,14 @@
 // the RunRecord for the checker. Used by `fencelock torture` and `fencelock demo`.
 //
 // Schedule: the first fault one TTL after the start, then one TTL after each heal, the kinds in
-// the order given, round robin; no fault starts later than 2 TTL before the end.
+// the order given, round robin; no fault starts later than 2 TTL before the end. A pause heals
+// (SIGCONT) at a moment another worker is between its read and its write, if one comes within a
+// TTL: the paused holder's stale write then lands inside the newer holder's read-modify-write,
+// which only a fenced read can refuse.
+//
+// Each fault records what the orchestrator saw of its effect (events.h InjectedFault); the
+// server-control program runs by fork/exec with an argument vector (no shell) and its exit
+// status counts.
 //
 // Thread-safety: run_torture() blocks; call it from one thread at a time per directory.
 #pragma once
@@ -25,7 +32,8 @@ struct RunSettings {
   std::chrono::milliseconds ttl{2'000};
   std::chrono::milliseconds critical{20};
   std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump, server-kill
-  bool fenced = true;               // false: the broken variant, the register applies everything
+  FenceMode fence = FenceMode::kFull;  // kNone: the broken variant, the register applies everything
+  std::string key = "torture";         // the lock the workers contend for
   // For the fault server-kill: a program run as `PROGRAM kill PORT` to crash the server on PORT
   // and `PROGRAM start` to bring it back (scripts/servers.sh does both for its local servers).
   std::string server_control;

@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -22,6 +23,12 @@ Nanos monotonic_now() {
 
 namespace {
 
+Nanos wall_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 sockaddr_un unix_address(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -33,8 +40,8 @@ sockaddr_un unix_address(const std::string& path) {
 
 }  // namespace
 
-SharedRegister::SharedRegister(std::string path, bool fenced)
-    : path_(std::move(path)), fenced_(fenced) {
+SharedRegister::SharedRegister(std::string path, FenceMode mode)
+    : path_(std::move(path)), mode_(mode) {
   listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr = unix_address(path_);
   if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
@@ -75,7 +82,7 @@ void SharedRegister::accept_loop() {
 }
 
 void SharedRegister::serve(int fd) {
-  std::optional<int> worker;
+  Connection connection;
   std::string pending;
   char buf[512];
   for (;;) {
@@ -83,55 +90,83 @@ void SharedRegister::serve(int fd) {
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
     for (auto eol = pending.find('\n'); eol != std::string::npos; eol = pending.find('\n')) {
-      std::string reply = handle(pending.substr(0, eol), worker) + "\n";
+      std::string reply = handle(pending.substr(0, eol), connection) + "\n";
       pending.erase(0, eol + 1);
       if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) break;
     }
   }
-  if (worker) leave(*worker);
+  if (connection.worker) leave(connection);
   std::lock_guard lock(mu_);
   std::erase(connections_, fd);
   ::close(fd);
 }
 
-std::string SharedRegister::handle(const std::string& line, std::optional<int>& worker_of_conn) {
+std::string SharedRegister::handle(const std::string& line, Connection& connection) {
   std::istringstream in(line);
   std::string verb;
-  int worker = 0;
-  std::uint64_t token = 0, value = 0;
-  in >> verb >> worker >> token;
-  if (verb == "WRITE") in >> value;
-  if (in.fail()) return "ERROR bad request";
-  worker_of_conn = worker;
-  const FencingToken presented(token);
-  std::lock_guard lock(mu_);
   RegisterEvent event;
-  event.worker = worker;
-  event.token = token;
+  in >> verb >> event.worker >> event.worker_steady >> event.worker_wall;
+  if (verb == "HELLO") {
+    in >> event.pid;
+  } else if (verb != "ACQUIRE" && verb != "TICK") {
+    in >> event.token;
+    if (verb == "WRITE") in >> event.value;
+  }
+  if (in.fail()) return "ERROR bad request";
+  if (verb == "HELLO") {
+    connection.worker = event.worker;
+    connection.pid = event.pid;
+  } else if (!connection.worker || *connection.worker != event.worker) {
+    return "ERROR HELLO first";
+  }
+  event.pid = connection.pid;
+  const FencingToken presented(event.token);
+  std::lock_guard lock(mu_);
   event.at = monotonic_now();
+  event.wall = wall_now();
   std::string reply = "OK";
-  if (verb == "ENTER") {
+  Inside& self = inside_[connection.pid];
+  self.worker = event.worker;
+  if (verb == "HELLO") {
+    event.kind = RegisterEvent::kHello;
+    hellos_.push_back(connection.pid);
+  } else if (verb == "ACQUIRE") {
+    event.kind = RegisterEvent::kAcquire;
+  } else if (verb == "TICK") {
+    event.kind = RegisterEvent::kTick;
+  } else if (verb == "GRANT") {
+    event.kind = RegisterEvent::kGrant;
+  } else if (verb == "ENTER") {
     event.kind = RegisterEvent::kEnter;
-    for (const auto& [other, open] : inside_) event.overlapped |= other != worker && open > 0;
-    inside_[worker]++;
-    Status admitted = fenced_ ? gate_.admit(presented) : Status::Ok();
+    self.open++;
+    Status admitted = mode_ == FenceMode::kFull ? gate_.admit(presented) : Status::Ok();
     event.accepted = admitted.ok();
     event.value = value_;
-    read_pending_[worker] = admitted.ok();
+    self.read_pending = admitted.ok();
     reply = admitted.ok() ? fmt::format("OK {}", value_)
                           : fmt::format("STALE {}", gate_.highest().value());
   } else if (verb == "WRITE") {
     event.kind = RegisterEvent::kWrite;
-    event.value = value;
-    read_pending_[worker] = false;
-    Status applied = fenced_ ? gate_.run(presented, [&] { value_ = value; }) : Status::Ok();
-    if (!fenced_) value_ = value;
-    event.accepted = applied.ok();
+    self.read_pending = false;
+    // `assigned` is set where the value changes: the log says what happened to the register,
+    // whatever status the gate reports.
+    bool assigned = false;
+    auto assign = [&] {
+      value_ = event.value;
+      assigned = true;
+    };
+    Status applied = Status::Ok();
+    if (mode_ == FenceMode::kNone) {
+      assign();
+    } else {
+      applied = gate_.run(presented, assign);
+    }
+    event.accepted = assigned;
     if (!applied.ok()) reply = fmt::format("STALE {}", gate_.highest().value());
   } else if (verb == "EXIT") {
     event.kind = RegisterEvent::kExit;
-    if (auto it = inside_.find(worker); it != inside_.end() && it->second > 0) it->second--;
-    read_pending_[worker] = false;
+    if (self.open > 0) self.open--;
+    self.read_pending = false;
   } else {
     return "ERROR unknown request";
   }
@@ -140,10 +175,15 @@ std::string SharedRegister::handle(const std::string& line, std::optional<int>& 
   return reply;
 }
 
-void SharedRegister::leave(int worker) {
+void SharedRegister::leave(const Connection& connection) {
   std::lock_guard lock(mu_);
-  inside_.erase(worker);
-  read_pending_.erase(worker);
+  inside_.erase(connection.pid);
+  RegisterEvent event;
+  event.kind = RegisterEvent::kLeave;
+  event.worker = *connection.worker;
+  event.pid = connection.pid;
+  event.at = monotonic_now();
+  events_.push_back(event);
 }
 
 std::vector<RegisterEvent> SharedRegister::events() const {
@@ -161,23 +201,29 @@ std::uint64_t SharedRegister::value() const {
   return value_;
 }
 
-std::optional<int> SharedRegister::worker_between_read_and_write() const {
+std::optional<int> SharedRegister::worker_between_read_and_write(
+    std::optional<int> except) const {
   std::lock_guard lock(mu_);
-  for (const auto& [worker, pending] : read_pending_) {
-    if (pending) return worker;
+  for (const auto& [pid, inside] : inside_) {
+    if (inside.read_pending && inside.worker != except) return inside.worker;
   }
   return std::nullopt;
 }
 
 std::optional<int> SharedRegister::worker_inside() const {
   std::lock_guard lock(mu_);
-  for (const auto& [worker, pending] : read_pending_) {
-    if (pending) return worker;
+  for (const auto& [pid, inside] : inside_) {
+    if (inside.read_pending) return inside.worker;
   }
-  for (const auto& [worker, open] : inside_) {
-    if (open > 0) return worker;
+  for (const auto& [pid, inside] : inside_) {
+    if (inside.open > 0) return inside.worker;
   }
   return std::nullopt;
+}
+
+bool SharedRegister::has_said_hello(long pid) const {
+  std::lock_guard lock(mu_);
+  return std::find(hellos_.begin(), hellos_.end(), pid) != hellos_.end();
 }
 
 RegisterClient::RegisterClient(const std::string& path) {
@@ -193,6 +239,7 @@ RegisterClient::RegisterClient(const std::string& path) {
 RegisterClient::~RegisterClient() { ::close(fd_); }
 
 std::string RegisterClient::request(const std::string& line) {
+  std::lock_guard lock(mu_);
   const std::string out = line + "\n";
   if (::send(fd_, out.data(), out.size(), MSG_NOSIGNAL) < 0)
     throw std::runtime_error("register connection lost");
@@ -220,16 +267,46 @@ RegisterClient::Reply parse_reply(const std::string& reply) {
 }
 }  // namespace
 
+namespace {
+// "<worker> <steady_ns> <wall_ns>": the head of every request.
+std::string head(int worker) { return fmt::format("{} {} {}", worker, monotonic_now(), wall_now()); }
+}  // namespace
+
+void RegisterClient::hello(int worker, long pid) {
+  (void)request(fmt::format("HELLO {} {}", head(worker), pid));
+}
+
+void RegisterClient::acquiring(int worker) { (void)request("ACQUIRE " + head(worker)); }
+
+void RegisterClient::granted(int worker, std::uint64_t token) {
+  (void)request(fmt::format("GRANT {} {}", head(worker), token));
+}
+
 RegisterClient::Reply RegisterClient::enter(int worker, std::uint64_t token) {
-  return parse_reply(request(fmt::format("ENTER {} {}", worker, token)));
+  return parse_reply(request(fmt::format("ENTER {} {}", head(worker), token)));
 }
 
 RegisterClient::Reply RegisterClient::write(int worker, std::uint64_t token, std::uint64_t value) {
-  return parse_reply(request(fmt::format("WRITE {} {} {}", worker, token, value)));
+  return parse_reply(request(fmt::format("WRITE {} {} {}", head(worker), token, value)));
 }
 
 void RegisterClient::exit(int worker, std::uint64_t token) {
-  (void)request(fmt::format("EXIT {} {}", worker, token));
+  (void)request(fmt::format("EXIT {} {}", head(worker), token));
+}
+
+void RegisterClient::tick(int worker) { (void)request("TICK " + head(worker)); }
+
+std::vector<GrantRecord> grants_of(const std::vector<RegisterEvent>& events) {
+  std::map<long, Nanos> asked;  // by process: its last kAcquire
+  std::vector<GrantRecord> out;
+  for (const RegisterEvent& e : events) {
+    if (e.kind == RegisterEvent::kAcquire) asked[e.pid] = e.at;
+    if (e.kind != RegisterEvent::kGrant) continue;
+    auto it = asked.find(e.pid);
+    out.push_back({e.worker, e.pid, e.token, it == asked.end() ? e.at : it->second, e.at});
+  }
+  // The register appends under one mutex: already ordered by `at`.
+  return out;
 }
 
 }  // namespace fencelock::torture

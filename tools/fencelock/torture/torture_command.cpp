@@ -32,6 +32,7 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kExitViolation = 1;
+constexpr int kExitInconclusive = 2;
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
@@ -40,8 +41,13 @@ extern "C" void on_interrupt(int) { g_interrupted = true; }
 Result<RunSettings> parse(const TortureArgs& args) {
   RunSettings s;
   s.workers = args.workers;
-  s.fenced = !args.unsafe_no_fence;
+  s.fence = args.unsafe_no_fence || args.fence == "none" ? FenceMode::kNone
+            : args.fence == "write-only"                 ? FenceMode::kWriteOnly
+                                                         : FenceMode::kFull;
   s.server_control = args.server_control;
+  auto key = LockKey::make(args.key);
+  if (!key.ok()) return Status(Code::kInvalidArgument, "--key: " + key.status().message());
+  s.key = args.key;
   for (auto [name, text, out] : {std::tuple{"--duration", &args.duration, &s.duration},
                                  std::tuple{"--ttl", &args.ttl, &s.ttl},
                                  std::tuple{"--critical", &args.critical, &s.critical}}) {
@@ -71,16 +77,32 @@ Result<RunSettings> parse(const TortureArgs& args) {
 
 double ms(Nanos n) { return static_cast<double>(n) / 1e6; }
 
-nlohmann::json report_json(const Report& r, const TortureArgs& args, const std::string& backend) {
+const char* fence_name(FenceMode mode) {
+  switch (mode) {
+    case FenceMode::kFull:
+      return "full";
+    case FenceMode::kWriteOnly:
+      return "write-only";
+    case FenceMode::kNone:
+      return "none";
+  }
+  return "full";
+}
+
+nlohmann::json report_json(const Report& r, const TortureArgs& args, const RunSettings& s,
+                           const std::string& backend) {
   nlohmann::json by_fault = nlohmann::json::object();
   for (const auto& [kind, stats] : r.by_fault) {
     by_fault[kind] = {{"count", stats.count},
+                      {"effective", stats.effective},
                       {"max_unavailable_after_heal_ms", ms(stats.max_unavailable)}};
   }
   return {{"backend", backend},
           {"workers", args.workers},
           {"faults", args.faults},
-          {"fenced", !args.unsafe_no_fence},
+          {"key", s.key},
+          {"fence", fence_name(s.fence)},
+          {"fenced", s.fence != FenceMode::kNone},
           {"operations", r.operations},
           {"grants", r.grants},
           {"writes_applied", r.writes_applied},
@@ -88,12 +110,20 @@ nlohmann::json report_json(const Report& r, const TortureArgs& args, const std::
           {"faults_injected", r.faults},
           {"fenced_violations", r.fenced_violations},
           {"lost_updates", r.lost_updates},
+          {"token_violations", r.token_violations},
+          {"exclusion_violations", r.exclusion_violations},
           {"late_lost", r.late_lost},
+          {"unsignalled_expiries", r.unsignalled_expiries},
           {"lost_signals", r.lost_signals},
           {"overlaps", r.overlaps},
+          {"overlaps_after_expiry", r.overlaps_after_expiry},
+          {"overlaps_excused", r.overlaps_excused},
           {"max_lost_delay_ms", ms(r.max_lost_delay)},
           {"max_unavailable_after_heal_ms", ms(r.max_unavailable)},
           {"by_fault", by_fault},
+          {"violations", r.violations},
+          {"inconclusive", r.inconclusive},
+          {"verdict", verdict_name(r.verdict())},
           {"safe", r.safe()}};
 }
 
@@ -108,20 +138,29 @@ void print_report(const Report& r) {
   row("faults injected", r.faults, "");
   row("fenced violations", r.fenced_violations, "must be 0");
   row("lost updates", r.lost_updates, "must be 0");
+  row("token violations", r.token_violations, "must be 0 (regressions, repeats)");
+  row("exclusion violations", r.exclusion_violations, "must be 0 (entered while another was valid)");
   row("late lost()", r.late_lost, "must be 0 (unpaused workers)");
+  row("unsignalled expiries", r.unsignalled_expiries, "must be 0 (validity passed, no lost())");
   row("lost() signals", r.lost_signals, "");
-  row("overlaps", r.overlaps, "raw mutual exclusion; absorbed by the fence");
+  row("overlaps", r.overlaps, "raw mutual exclusion; after expiry: absorbed by the fence");
+  row("  after expiry", r.overlaps_after_expiry, "");
+  row("  excused", r.overlaps_excused, "skewed clock, or no validity promised, during a fault");
   std::fputs(fmt::format("  {:<22} {:>8.0f}  ms, longest, fault healed -> next critical section\n",
                          "unavailable after heal", ms(r.max_unavailable))
                  .c_str(),
              stdout);
   for (const auto& [kind, stats] : r.by_fault) {
-    std::fputs(fmt::format("    {:<20} {:>8}  injected; unavailable after heal at most {:.0f} ms\n",
-                           kind, stats.count, ms(stats.max_unavailable))
+    std::fputs(fmt::format("    {:<20} {:>8}  injected, {} took effect; unavailable after heal "
+                           "at most {:.0f} ms\n",
+                           kind, stats.count, stats.effective, ms(stats.max_unavailable))
                    .c_str(),
                stdout);
   }
-  std::fputs(r.safe() ? "result: SAFE\n" : "result: UNSAFE\n", stdout);
+  for (const std::string& v : r.violations) std::fputs(("  violation: " + v + "\n").c_str(), stdout);
+  for (const std::string& why : r.inconclusive)
+    std::fputs(("  inconclusive: " + why + "\n").c_str(), stdout);
+  std::fputs(fmt::format("result: {}\n", verdict_name(r.verdict())).c_str(), stdout);
   std::fflush(stdout);
 }
 
@@ -167,7 +206,10 @@ int torture_command(const TortureArgs& args) {
                            described, args.workers, detail::format_duration(settings->duration),
                            detail::format_duration(settings->ttl),
                            settings->faults.empty() ? "none" : args.faults,
-                           args.unsafe_no_fence ? " (UNSAFE: fence disabled)" : "", dir)
+                           settings->fence == FenceMode::kNone         ? " (UNSAFE: fence disabled)"
+                           : settings->fence == FenceMode::kWriteOnly ? " (write-only fence)"
+                                                                      : "",
+                           dir)
                    .c_str(),
                stdout);
     std::fflush(stdout);
@@ -195,14 +237,31 @@ int torture_command(const TortureArgs& args) {
   }
   relay.request_stop();
   progress.finish();
-  const Report report = check(record, std::chrono::milliseconds(25));
+  CheckOptions check_options;
+  check_options.ttl = settings->ttl;
+  check_options.duration = settings->duration;
+  check_options.fence = settings->fence;
+  // PostgreSQL advisory locks (the default mode) promise no validity: the server frees a lock
+  // the moment its session dies.
+  check_options.validity_bound = described.find("mode=advisory") == std::string::npos;
+  check_options.requested_faults = settings->faults;
+  const Report report = check(record, check_options);
   if (args.json) {
-    std::fputs((json_line(report_json(report, args, described)) + "\n").c_str(), stdout);
+    std::fputs((json_line(report_json(report, args, *settings, described)) + "\n").c_str(),
+               stdout);
   } else {
     print_report(report);
   }
   if (g_interrupted) return kExitSignalBase + SIGINT;
-  return report.safe() ? kExitOk : kExitViolation;
+  switch (report.verdict()) {
+    case Verdict::kSafe:
+      return kExitOk;
+    case Verdict::kUnsafe:
+      return kExitViolation;
+    case Verdict::kInconclusive:
+      return kExitInconclusive;
+  }
+  return kExitInconclusive;
 }
 
 int torture_worker_command(const torture::WorkerArgs& args) { return torture::run_worker(args); }

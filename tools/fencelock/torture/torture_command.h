@@ -1,8 +1,8 @@
 // `fencelock torture --backend URI [--workers N] [--duration DUR] [--faults LIST] [--json]`:
 // W worker processes contend for one lock and increment a shared register through a fence while
-// the orchestrator injects faults; the checker then reports safety (fenced violations, lost
-// updates, late lost() signals: all must be 0), raw overlaps and unavailability after faults.
-// Exit 0 when safe, 1 on any safety violation. See docs/RELIABILITY.md.
+// the orchestrator injects faults; the checker (checker.h) then gives a verdict: SAFE (exit 0),
+// UNSAFE (exit 1: a safety violation), INCONCLUSIVE (exit 2: the run proves nothing). It also
+// reports overlaps and unavailability after faults. See docs/RELIABILITY.md.
 //
 // Faults (--faults, comma separated; default pause,kill,latency,drop,partition):
 //   pause      SIGSTOP the worker inside its critical section (or any) for 1.5 TTL, then SIGCONT
@@ -33,7 +33,9 @@ struct TortureArgs {
   std::string ttl = "2s";
   std::string critical = "20ms";
   std::string faults = "pause,kill,latency,drop,partition";
-  bool unsafe_no_fence = false;  // the broken variant: the register applies stale writes
+  std::string key = "torture";
+  std::string fence = "full";    // full, write-only, none
+  bool unsafe_no_fence = false;  // the broken variant (--fence none): the register applies all
   std::string work_dir;          // where logs go; default a fresh directory under /tmp
   std::string server_control;    // for server-kill, e.g. scripts/servers.sh
 };

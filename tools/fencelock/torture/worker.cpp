@@ -1,10 +1,13 @@
 #include "torture/worker.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -46,12 +49,41 @@ class LogFile {
 
 }  // namespace
 
+// The lease report (events.h LeaseReport) as one JSON line.
+std::string lease_line(const WorkerArgs& args, std::uint64_t token, Nanos granted_at,
+                       const Lease& lease, Nanos fired_at, bool callback_ran, Nanos observed_at) {
+  return nlohmann::json{{"t", "lease"},
+                        {"worker", args.id},
+                        {"pid", static_cast<long>(::getpid())},
+                        {"token", token},
+                        {"granted_at", granted_at},
+                        {"valid_until", to_nanos(lease.valid_until())},
+                        {"lost", lease.is_lost()},
+                        {"callback_ran", callback_ran},
+                        {"fired_at", fired_at},
+                        {"observed_at", observed_at}}
+      .dump();
+}
+
 int run_worker(const WorkerArgs& args) {
   std::signal(SIGTERM, on_term);
   std::signal(SIGINT, on_term);
   auto log = std::make_shared<LogFile>(args.log);
   if (!log->ok()) return 70;
   RegisterClient reg(args.socket);
+  reg.hello(args.id, static_cast<long>(::getpid()));
+  // The worker's clocks, seen by the register whatever the worker is doing (waiting included):
+  // the evidence that a clock fault took effect.
+  std::jthread ticker([&reg, id = args.id](std::stop_token stop) {
+    while (!stop.stop_requested() && !g_stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      try {
+        reg.tick(id);
+      } catch (const std::exception&) {
+        return;
+      }
+    }
+  });
   std::optional<Client> client;
   while (!client && !g_stop) {
     auto connected = Client::connect(args.backend);
@@ -68,6 +100,11 @@ int run_worker(const WorkerArgs& args) {
   std::string last_error;
   std::uint64_t cycles = 0;
   while (!g_stop) {
+    try {
+      reg.acquiring(args.id);
+    } catch (const std::exception&) {
+      return 70;  // the orchestrator went away
+    }
     auto lease = client->acquire(key, {.ttl = ttl, .wait = std::chrono::seconds(5)});
     if (!lease.ok()) {
       if (lease.code() != Code::kLocked) {
@@ -87,13 +124,12 @@ int run_worker(const WorkerArgs& args) {
     last_error.clear();
     const std::uint64_t token = lease->token().value();
     const Nanos granted_at = monotonic_now();
-    log->line(fmt::format(R"({{"t":"grant","worker":{},"token":{},"at":{}}})", args.id, token,
-                          granted_at));
     // The callback only notes the time (it may run on the library's thread while this one
-    // releases); the line is written below, once the critical section is over.
+    // releases); the report is written below, once the critical section is over.
     auto fired_at = std::make_shared<std::atomic<Nanos>>(0);
     lease->on_lost([fired_at] { fired_at->store(monotonic_now()); });
     try {
+      reg.granted(args.id, token);
       auto read = reg.enter(args.id, token);
       if (read.ok) {
         // Every 8th critical section outlasts a renewal period (3/4 TTL): the lease must be
@@ -107,20 +143,28 @@ int run_worker(const WorkerArgs& args) {
       return 70;  // the orchestrator went away
     }
     // A worker that was frozen past its validity wakes at the same time as the library's
-    // watchdog: give it a moment to fire lost() before looking.
+    // watchdog: give it a moment to fire lost() before looking. A lease whose validity passed
+    // without lost() is reported as such (lost false, valid_until < observed_at).
     for (int i = 0; i < 200 && !lease->is_lost() &&
                     lease->valid_until() < std::chrono::steady_clock::now();
          ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    Nanos observed_at = monotonic_now();
+    bool callback_ran = true;
     if (lease->is_lost()) {  // lost before the release: a real loss, not our own release
       // lost() is visible a moment before its callbacks have run.
       for (int i = 0; i < 100 && fired_at->load() == 0; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      log->line(fmt::format(
-          R"({{"t":"lost","worker":{},"token":{},"granted_at":{},"at":{},"valid_until":{}}})",
-          args.id, token, granted_at, fired_at->load(), to_nanos(lease->valid_until())));
+      if (fired_at->load() == 0) {
+        // The callback has not run: it fired no earlier than now (the checker counts it late).
+        callback_ran = false;
+        observed_at = monotonic_now();
+        fired_at->store(observed_at);
+      }
     }
+    log->line(lease_line(args, token, granted_at, *lease, fired_at->load(), callback_ran,
+                         observed_at));
     (void)lease->release();
   }
   return 0;

@@ -1,7 +1,9 @@
 // One torture worker process (`fencelock torture-worker`, started by `fencelock torture`):
-// contends for the lock "torture" and, while holding it, increments the shared register through
-// the fence (ENTER = fenced read, WRITE = fenced write, EXIT), logging every grant and every
-// lost() signal as JSON lines to its log file. The first of every 8 critical sections lasts 3/4 TTL
+// contends for the lock (--key, default "torture") and, while holding it, increments the shared
+// register (ENTER = read, WRITE = write, EXIT). It tells the register when it starts, before each
+// acquire() and what it was granted (the register's clock times them), and logs one JSON line per
+// lease to its log file: the lease's valid_until(), whether and when lost() fired, and when it
+// looked. The first of every 8 critical sections lasts 3/4 TTL
 // between the read and the write, so the lease must be renewed while it is held. It does not stop its
 // critical section when lost() fires: it plays a holder that was paused or ignores the signal,
 // which the fence must absorb. SIGTERM ends it after the current cycle.
