@@ -10,7 +10,8 @@
 #                               `start` brings it back (fencelock torture --server-control)
 #
 # Redis: independent redis-server instances on 127.0.0.1, ports FENCELOCK_REDIS_PORTS (default
-# "7101 7102 7103"), no persistence, daemonized, state (pidfile, log) in
+# "7101 7102 7103"), no persistence (FENCELOCK_REDIS_APPENDONLY=1: AOF with appendfsync always,
+# the durability fencing across restarts needs), daemonized, state (pidfile, log, AOF) in
 # FENCELOCK_STATE_DIR/redis-PORT (default state dir /tmp/fencelock-servers).
 # PostgreSQL: one PostgreSQL 15 cluster in FENCELOCK_STATE_DIR/postgres (data/, postgres.log,
 # Unix socket) on 127.0.0.1 port FENCELOCK_PG_PORT (default 7201), created by the first start with
@@ -21,15 +22,16 @@
 # etcd: one 3-member etcd 3.4 cluster on 127.0.0.1, client ports FENCELOCK_ETCD_PORTS (default
 # "7301 7302 7303"), peer ports those plus 10, member N's state (data/, etcd.log, etcd.pid) in
 # FENCELOCK_STATE_DIR/etcd-N; stop keeps the data (remove the directories for a fresh cluster).
-# A new kind of server (PostgreSQL, etcd) adds NAME_start/_stop/_status/_env functions and its
-# name to SERVICES.
+# FENCELOCK_SERVICES chooses which of them start, stop, status and env act on (default
+# "redis postgres etcd"). A new kind of server adds NAME_start/_stop/_status/_env functions and
+# its name to SERVICES.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 STATE_DIR=${FENCELOCK_STATE_DIR:-/tmp/fencelock-servers}
 IFS=', ' read -r -a REDIS_PORTS <<<"${FENCELOCK_REDIS_PORTS:-7101 7102 7103}"
-SERVICES=(redis postgres etcd)
+IFS=', ' read -r -a SERVICES <<<"${FENCELOCK_SERVICES:-redis postgres etcd}"
 
 die() {
   echo "servers.sh: $*" >&2
@@ -84,7 +86,9 @@ redis_start_one() {
   fi
   mkdir -p "$dir"
   rm -f "$dir/redis.pid"
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+  local persistence=(--appendonly no)
+  [[ ${FENCELOCK_REDIS_APPENDONLY:-0} == 1 ]] && persistence=(--appendonly yes --appendfsync always)
+  redis-server --port "$port" --bind 127.0.0.1 --save "" "${persistence[@]}" --dir "$dir" \
     --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --protected-mode no
   if ! wait_until 100 redis_up "$port"; then
     tail -n 5 "$dir/redis.log" >&2 || true

@@ -42,8 +42,9 @@ std::string_view PostgresFence::schema_sql() { return detail::postgres::sql::fen
 
 Status PostgresFence::install(pg_conn* conn) {
   PGresult* result = PQexec(conn, std::string(schema_sql()).c_str());
-  Status status = PQresultStatus(result) == PGRES_COMMAND_OK ? Status::Ok()
-                                                             : failure(conn, result, "fence schema");
+  Status status = PQresultStatus(result) == PGRES_COMMAND_OK
+                      ? Status::Ok()
+                      : failure(conn, result, "fence schema");
   PQclear(result);
   return status;
 }
@@ -72,8 +73,8 @@ Status PostgresFence::check(pg_conn* conn, std::string_view resource, FencingTok
   const char* params[] = {name.c_str(), value.c_str()};
   PGresult* result = PQexecParams(conn, "SELECT fencelock_fence($1, $2::numeric)", 2, nullptr,
                                   params, nullptr, nullptr, 0);
-  Status status = PQresultStatus(result) == PGRES_TUPLES_OK ? Status::Ok()
-                                                            : failure(conn, result, "fence");
+  Status status =
+      PQresultStatus(result) == PGRES_TUPLES_OK ? Status::Ok() : failure(conn, result, "fence");
   PQclear(result);
   return status;
 }

@@ -45,8 +45,8 @@ struct RedisFence::Impl {
     if (raw == nullptr) {
       std::string why = context->errstr;
       context.reset();
-      return Status(Code::kUnavailable, fmt::format("redis {}: {}",
-                                                    redis::Instance(spec).address(), why));
+      return Status(Code::kUnavailable,
+                    fmt::format("redis {}: {}", redis::Instance(spec).address(), why));
     }
     redis::Reply reply(raw);
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -100,8 +100,8 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
   }
   impl->spec.connect_timeout = options.connect_timeout;
   impl->spec.scripts = {detail::lua::fence_set, detail::lua::fence_get};
-  auto opened = redis::open_context(impl->spec, detail::Clock::now() + options.connect_timeout +
-                                                    options.io_timeout);
+  auto opened = redis::open_context(
+      impl->spec, detail::Clock::now() + options.connect_timeout + options.io_timeout);
   if (!opened.ok()) return opened.status();
   impl->context = std::move(*opened);
   return RedisFence(std::move(impl));
@@ -140,9 +140,9 @@ Status check_shape(const redisReply* r) {
 }  // namespace
 
 Status RedisFence::set(std::string_view key, std::string_view value, FencingToken token) {
-  auto reply = impl_->run_script(detail::lua::fence_set, detail::lua::fence_set_sha1,
-                                 {std::string(key), fence_key(key), std::to_string(token.value()),
-                                  std::string(value)});
+  auto reply = impl_->run_script(
+      detail::lua::fence_set, detail::lua::fence_set_sha1,
+      {std::string(key), fence_key(key), std::to_string(token.value()), std::string(value)});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;

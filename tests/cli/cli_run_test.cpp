@@ -157,10 +157,11 @@ TEST_F(CliRun, CommandIgnoringSigtermIsKilledAfterTheGrace) {
 // TTL/2) before it ends) and SIGKILL when it ends. Before, a 30 s grace ran from lost().
 TEST_F(CliRun, ACommandIgnoringSigtermNeverOutlivesTheLeaseValidityByDefault) {
   std::vector<std::string> args = {
-      "run", "--backend", server_->uri(), "--ttl", "2s",
-      "--kill-grace", "30s", "outlive",
-      "--", "sh", "-c", "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
-      "sh", path("started")};
+      "run",   "--backend",    server_->uri(),
+      "--ttl", "2s",           "--kill-grace",
+      "30s",   "outlive",      "--",
+      "sh",    "-c",           "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
+      "sh",    path("started")};
   ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
   ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
@@ -179,10 +180,21 @@ TEST_F(CliRun, ACommandIgnoringSigtermNeverOutlivesTheLeaseValidityByDefault) {
 // SIGTERM, whatever the validity (only for a command whose writes are fenced).
 TEST_F(CliRun, GraceOutlivesLeaseGivesTheWholeGraceAfterTheLoss) {
   std::vector<std::string> args = {
-      "run", "--backend", server_->uri(), "--ttl", "1s", "--kill-grace", "300ms",
-      "--grace-outlives-lease", "outlive-ok",
-      "--", "sh", "-c", "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
-      "sh", path("started")};
+      "run",
+      "--backend",
+      server_->uri(),
+      "--ttl",
+      "1s",
+      "--kill-grace",
+      "300ms",
+      "--grace-outlives-lease",
+      "outlive-ok",
+      "--",
+      "sh",
+      "-c",
+      "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
+      "sh",
+      path("started")};
   ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
   ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));

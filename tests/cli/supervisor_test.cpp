@@ -41,9 +41,9 @@ struct Fixture {
   // Starts `script` under /bin/sh and waits until it has created $READY (its trap is set).
   pid_t spawn(const std::string& script) {
     const std::string ready = dir + "/ready";
-    Spawned child = spawn_command({"/bin/sh", "-c", script},
-                                  {"PATH=/usr/bin:/bin", "READY=" + ready},
-                                  signals->original_mask());
+    Spawned child =
+        spawn_command({"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin", "READY=" + ready},
+                      signals->original_mask());
     EXPECT_TRUE(eventually([&] { return std::filesystem::exists(ready); }, 10s))
         << "the command did not start";
     return child.pid;

@@ -96,8 +96,8 @@ TEST(TortureCli, ClockSkewAndWallClockJumpsAreSafe) {
 // write overwrites a newer holder's increments.
 TEST(TortureCli, TheBrokenVariantWithoutAFenceIsCaught) {
   auto server = RedisServer::start();
-  auto r = torture(server->uri(),
-                   {"--duration", "10s", "--faults", "pause", "--unsafe-no-fence"}, 1);
+  auto r =
+      torture(server->uri(), {"--duration", "10s", "--faults", "pause", "--unsafe-no-fence"}, 1);
   EXPECT_FALSE(r.value("safe", true)) << r.dump();
   EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("lost_updates", 0) + r.value("fenced_violations", 0), 0) << r.dump();
@@ -108,9 +108,8 @@ TEST(TortureCli, TheBrokenVariantWithoutAFenceIsCaught) {
 // read-modify-write, both writes are accepted, one increment is lost.
 TEST(TortureCli, AWriteOnlyFenceLosesUpdatesUnderPausesAndIsCaught) {
   auto server = RedisServer::start();
-  auto r = torture(server->uri(), {"--duration", "12s", "--faults", "pause", "--fence",
-                                   "write-only"},
-                   1);
+  auto r = torture(server->uri(),
+                   {"--duration", "12s", "--faults", "pause", "--fence", "write-only"}, 1);
   EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("lost_updates", 0), 0) << r.dump();
   EXPECT_EQ(r.value("fence", ""), "write-only");
@@ -158,16 +157,15 @@ TEST(TortureCli, AFenceCounterDeletedMidRunIsATokenRegression) {
 TEST(TortureCli, RunsThatProveNothingAreInconclusive) {
   auto server = RedisServer::start();
   ASSERT_EQ(server->command({"SET", "fencelock:{squatted}", "someone", "PX", "120000"}), "OK");
-  auto squatted = torture(server->uri(), {"--duration", "3s", "--faults", "none", "--key",
-                                          "squatted"},
-                          2);
+  auto squatted =
+      torture(server->uri(), {"--duration", "3s", "--faults", "none", "--key", "squatted"}, 2);
   EXPECT_EQ(squatted.value("verdict", ""), "INCONCLUSIVE") << squatted.dump();
   EXPECT_EQ(squatted.value("grants", -1), 0) << squatted.dump();
   EXPECT_EQ(squatted.value("key", ""), "squatted");
 
-  auto failing = torture(server->uri(), {"--duration", "8s", "--faults", "server-kill",
-                                         "--server-control", "/bin/false"},
-                         2);
+  auto failing =
+      torture(server->uri(),
+              {"--duration", "8s", "--faults", "server-kill", "--server-control", "/bin/false"}, 2);
   EXPECT_EQ(failing.value("verdict", ""), "INCONCLUSIVE") << failing.dump();
   EXPECT_EQ(failing["by_fault"]["server-kill"].value("effective", -1), 0) << failing.dump();
   EXPECT_NE(failing.dump().find("exited 1"), std::string::npos) << failing.dump();

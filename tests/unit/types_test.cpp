@@ -159,10 +159,9 @@ TEST(Status, ToStringIsCodeNameThenMessage) {
 
 TEST(Status, EveryCodeHasADistinctName) {
   std::set<std::string_view> names;
-  for (Code c :
-       {Code::kOk, Code::kLocked, Code::kUnavailable, Code::kDeadlineExceeded, Code::kCancelled,
-        Code::kInvalidArgument, Code::kUnauthenticated, Code::kPermissionDenied, Code::kInternal,
-        Code::kFenced, Code::kAborted}) {
+  for (Code c : {Code::kOk, Code::kLocked, Code::kUnavailable, Code::kDeadlineExceeded,
+                 Code::kCancelled, Code::kInvalidArgument, Code::kUnauthenticated,
+                 Code::kPermissionDenied, Code::kInternal, Code::kFenced, Code::kAborted}) {
     EXPECT_NE(code_name(c), "unknown");
     names.insert(code_name(c));
   }
@@ -180,9 +179,9 @@ TEST(CanonicalToken, AcceptsEveryUint64InCanonicalFormAndNothingElse) {
   EXPECT_EQ(parse_canonical_token("10"), 10u);
   EXPECT_EQ(parse_canonical_token("9007199254740993"), 9007199254740993ULL);
   EXPECT_EQ(parse_canonical_token("18446744073709551615"), 18446744073709551615ULL);
-  for (const char* bad : {"", "00", "07", "00000000000000000007", "-1", "+1", " 1", "1 ", "1e3",
-                          "abc", "12abc", "18446744073709551616", "99999999999999999999",
-                          "100000000000000000000", "0x10"}) {
+  for (const char* bad :
+       {"", "00", "07", "00000000000000000007", "-1", "+1", " 1", "1 ", "1e3", "abc", "12abc",
+        "18446744073709551616", "99999999999999999999", "100000000000000000000", "0x10"}) {
     EXPECT_FALSE(parse_canonical_token(bad).has_value()) << "'" << bad << "'";
   }
 }

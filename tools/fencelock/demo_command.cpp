@@ -55,12 +55,14 @@ Outcome tell(const std::string& backend, const RunRecord& record, const CheckOpt
   for (const auto& g : record.grant_log) {
     if (g.worker == p && g.at <= pause.from) paused_token = g.token;
   }
-  say(fmt::format("  worker {} holds the lock with token {}, has read the register, and is paused "
-                  "for {:.1f} s (TTL {:.1f} s)",
-                  p, paused_token, seconds(pause.to - pause.from), seconds(kTtl.count() * 1'000'000)));
+  say(fmt::format(
+      "  worker {} holds the lock with token {}, has read the register, and is paused "
+      "for {:.1f} s (TTL {:.1f} s)",
+      p, paused_token, seconds(pause.to - pause.from), seconds(kTtl.count() * 1'000'000)));
   std::optional<GrantRecord> next;
   for (const auto& g : record.grant_log) {
-    if (g.worker != p && g.at > pause.from && g.at < pause.to && (!next || g.at < next->at)) next = g;
+    if (g.worker != p && g.at > pause.from && g.at < pause.to && (!next || g.at < next->at))
+      next = g;
   }
   if (next) {
     out.taken_over = true;
@@ -73,7 +75,8 @@ Outcome tell(const std::string& backend, const RunRecord& record, const CheckOpt
   for (const auto& l : record.leases) {
     if (l.lost && l.worker == p && l.token == paused_token) {
       out.lost_delay_ms = static_cast<double>(l.fired_at - l.valid_until) / 1e6;
-      say(fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
+      say(
+          fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
                       "was frozen); it ignores the signal and writes anyway",
                       p, *out.lost_delay_ms));
     }
@@ -85,8 +88,8 @@ Outcome tell(const std::string& backend, const RunRecord& record, const CheckOpt
     }
     say(e.accepted ? std::string("  its write is accepted: no newer token was issued, so it "
                                  "still was the holder")
-                   : fmt::format("  the fence refuses it: rejected: stale token {} < {}",
-                                 e.token, e.highest));
+                   : fmt::format("  the fence refuses it: rejected: stale token {} < {}", e.token,
+                                 e.highest));
     break;
   }
   return out;
@@ -132,9 +135,10 @@ int demo_command(const DemoArgs& args) {
   for (std::size_t i = 0; i < backends.size(); ++i) {
     auto client = Client::connect(backends[i].second);
     if (!client.ok()) {
-      return reporter.fail(exit_code_for(client.code()), std::string(code_name(client.code())),
-                           fmt::format("{}: {}", backends[i].first.empty() ? "backend" : backends[i].first,
-                                       client.status().to_string()));
+      return reporter.fail(
+          exit_code_for(client.code()), std::string(code_name(client.code())),
+          fmt::format("{}: {}", backends[i].first.empty() ? "backend" : backends[i].first,
+                      client.status().to_string()));
     }
     const std::string described = client->describe();
     say(fmt::format("\n== {} ({})", backends[i].first.empty() ? described : backends[i].first,

@@ -145,9 +145,10 @@ CLI::App* add_elect(CLI::App& app, ElectArgs& args) {
   elect->add_option("--ttl", args.ttl, "Session time to live (at least 2s)")
       ->type_name("DUR")
       ->capture_default_str();
-  elect->add_option("--wait", args.wait,
-                    "How long to wait for the leadership (default: until elected; 0: only if "
-                    "nobody leads, exit 75 otherwise)")
+  elect
+      ->add_option("--wait", args.wait,
+                   "How long to wait for the leadership (default: until elected; 0: only if "
+                   "nobody leads, exit 75 otherwise)")
       ->type_name("DUR");
   elect->add_option("NAME", args.name, "Election name (1..512 bytes)")->required();
   elect->add_option("VALUE", args.value, "Value the leader proclaims (default HOST:PID)");
@@ -184,15 +185,16 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       ->capture_default_str();
   torture->add_option("--work-dir", args.work_dir, "Directory for the workers' logs")
       ->type_name("DIR");
-  torture->add_option("--server-control", args.server_control,
-                      "For the fault server-kill: PROGRAM kill PORT / PROGRAM start "
-                      "(scripts/servers.sh)")
+  torture
+      ->add_option("--server-control", args.server_control,
+                   "For the fault server-kill: PROGRAM kill PORT / PROGRAM start "
+                   "(scripts/servers.sh)")
       ->type_name("PROGRAM");
-  torture->add_option("--key", args.key, "The lock the workers contend for")
-      ->capture_default_str();
-  torture->add_option("--fence", args.fence,
-                      "How the register is guarded: full (fenced reads and writes), write-only "
-                      "(lost updates must show), none")
+  torture->add_option("--key", args.key, "The lock the workers contend for")->capture_default_str();
+  torture
+      ->add_option("--fence", args.fence,
+                   "How the register is guarded: full (fenced reads and writes), write-only "
+                   "(lost updates must show), none")
       ->check(CLI::IsMember({"full", "write-only", "none"}))
       ->capture_default_str();
   torture->add_flag("--unsafe-no-fence", args.unsafe_no_fence, "The same as --fence none");
@@ -221,10 +223,13 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
       "contended, throughput (per --lockers value), held (per --leases value). Human lines on\n"
       "stdout; --json: one JSON object per result. See docs/BENCHMARKS.md.\n");
   add_backend_options(bench, args.backend, args.json);
-  bench->add_option("--scenario", args.scenario, "uncontended, baseline, contended, throughput, held")
+  bench
+      ->add_option("--scenario", args.scenario,
+                   "uncontended, baseline, contended, throughput, held")
       ->capture_default_str();
   bench->add_option("--seconds", args.seconds, "Length of each measurement")->capture_default_str();
-  bench->add_option("--workers", args.workers, "contended: Clients on one key")->capture_default_str();
+  bench->add_option("--workers", args.workers, "contended: Clients on one key")
+      ->capture_default_str();
   bench->add_option("--critical", args.critical, "contended: critical section")
       ->type_name("DUR")
       ->capture_default_str();

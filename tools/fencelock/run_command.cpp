@@ -223,8 +223,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
   // The time SIGKILL follows SIGTERM, as the supervisor will apply it.
   auto kill_follows = [&] {
     if (args.grace_outlives_lease) return detail::format_duration(settings.kill_grace);
-    const auto left = std::chrono::floor<milliseconds>(lease.valid_until() -
-                                                       std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::floor<milliseconds>(lease.valid_until() - std::chrono::steady_clock::now());
     return left < settings.kill_grace
                ? fmt::format("{} (when the lease's validity ends)",
                              detail::format_duration(std::max(left, milliseconds(0))))
@@ -253,8 +253,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
                                             program, child.pid,
                                             detail::format_duration(settings.kill_grace)));
   };
-  ChildExit exit = supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace,
-                                     deadline, hooks);
+  ChildExit exit =
+      supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace, deadline, hooks);
 
   const int command_code = shell_exit_code(exit.wait_status);
   // Lost after the command's last moment but before we saw it exit: it may have run unprotected.

@@ -65,8 +65,8 @@ struct LeaseDeadline {
 };
 
 struct ChildExit {
-  int wait_status = 0;       // as from waitpid()
-  bool lease_lost = false;   // the lost eventfd fired while the command ran
+  int wait_status = 0;         // as from waitpid()
+  bool lease_lost = false;     // the lost eventfd fired while the command ran
   bool lease_at_risk = false;  // SIGTERM was sent before lost() because renewals were failing
   bool sent_sigterm = false;
   bool sent_sigkill = false;

@@ -84,13 +84,19 @@ class Checker {
     std::uint64_t token = 0;
   };
 
-  // B (`entering`) began its critical section at `at` while `older` (process `pid`) was inside.
+  // B (`entering`) began its critical section while `older` (process `pid`) was inside. Mutual
+  // exclusion failed only if both leases were valid then, by their holders' own accounts (a
+  // validity never comes back once passed, so the final valid_until() decides).
   enum class OverlapKind { kAfterExpiry, kExcused, kViolation };
   OverlapKind classify(long pid, const Holder& older, const RegisterEvent& entering) const {
-    const LeaseReport* lease = lease_of(pid, older.token);
-    if (skewed(pid)) return OverlapKind::kExcused;
-    if (lease != nullptr && lease->valid_until <= entering.at) return OverlapKind::kAfterExpiry;
-    if ((!options_.validity_bound || lease == nullptr) && in_fault_window(entering.at)) {
+    if (skewed(pid) || skewed(entering.pid)) return OverlapKind::kExcused;
+    const LeaseReport* a = lease_of(pid, older.token);
+    const LeaseReport* b = lease_of(entering.pid, entering.token);
+    const Nanos t = entering.at;
+    if ((a != nullptr && a->valid_until <= t) || (b != nullptr && b->valid_until <= t)) {
+      return OverlapKind::kAfterExpiry;
+    }
+    if ((!options_.validity_bound || a == nullptr || b == nullptr) && in_fault_window(t)) {
       return OverlapKind::kExcused;
     }
     return OverlapKind::kViolation;
@@ -105,14 +111,15 @@ class Checker {
       OverlapKind kind = classify(pid, holder, e);
       if (kind == OverlapKind::kViolation) {
         const LeaseReport* lease = lease_of(pid, holder.token);
-        violation(lease == nullptr
-                      ? fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
-                                    "(token {}) was inside, outside any fault",
-                                    e.worker, e.token, holder.worker, holder.token)
-                      : fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
-                                    "(token {}) was inside with {:.1f} ms of validity left",
-                                    e.worker, e.token, holder.worker, holder.token,
-                                    ms(lease->valid_until - e.at)));
+        violation(
+            lease == nullptr
+                ? fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
+                              "(token {}) was inside, outside any fault",
+                              e.worker, e.token, holder.worker, holder.token)
+                : fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
+                              "(token {}) was inside with {:.1f} ms of validity left",
+                              e.worker, e.token, holder.worker, holder.token,
+                              ms(lease->valid_until - e.at)));
       }
       worst = std::max(worst, kind);
     }
@@ -134,7 +141,8 @@ class Checker {
           overlap(inside, e);
           inside[e.pid] = {e.worker, e.token};
           if (!e.accepted) report_.writes_rejected++;
-          if (e.accepted && options_.fence == FenceMode::kFull) highest = std::max(highest, e.token);
+          if (e.accepted && options_.fence == FenceMode::kFull)
+            highest = std::max(highest, e.token);
           break;
         case RegisterEvent::kWrite:
           report_.operations++;
@@ -145,9 +153,10 @@ class Checker {
           report_.writes_applied++;
           if (e.token < highest) {
             report_.fenced_violations++;
-            violation(fmt::format("fence: worker {} wrote {} with token {} after token {} was "
-                                  "admitted",
-                                  e.worker, e.value, e.token, highest));
+            violation(
+                fmt::format("fence: worker {} wrote {} with token {} after token {} was "
+                            "admitted",
+                            e.worker, e.value, e.token, highest));
           }
           highest = std::max(highest, e.token);
           break;
@@ -198,9 +207,10 @@ class Checker {
       }
       if (newest != nullptr && g->token < newest->token) {
         report_.token_violations++;
-        violation(fmt::format("token regression: worker {} was granted {} after worker {} had "
-                              "been granted {}",
-                              g->worker, g->token, newest->worker, newest->token));
+        violation(
+            fmt::format("token regression: worker {} was granted {} after worker {} had "
+                        "been granted {}",
+                        g->worker, g->token, newest->worker, newest->token));
       }
     }
   }
@@ -212,23 +222,25 @@ class Checker {
         if (lease.observed_at > lease.valid_until + allowance_ &&
             !paused_between(lease.worker, lease.valid_until, lease.observed_at)) {
           report_.unsignalled_expiries++;
-          violation(fmt::format("worker {} (token {}): validity passed {:.1f} ms before it looked, "
-                                "without lost()",
-                                lease.worker, lease.token,
-                                ms(lease.observed_at - lease.valid_until)));
+          violation(
+              fmt::format("worker {} (token {}): validity passed {:.1f} ms before it looked, "
+                          "without lost()",
+                          lease.worker, lease.token, ms(lease.observed_at - lease.valid_until)));
         }
         continue;
       }
       report_.lost_signals++;
       const Nanos late = lease.fired_at - lease.valid_until;
-      const Nanos from = lease.callback_ran ? lease.valid_until
-                                            : std::min(lease.valid_until, lease.fired_at) - 200 * kMs;
+      const Nanos from = lease.callback_ran
+                             ? lease.valid_until
+                             : std::min(lease.valid_until, lease.fired_at) - 200 * kMs;
       if (paused_between(lease.worker, from, lease.fired_at)) continue;
       if (!lease.callback_ran) {
         report_.late_lost++;
-        violation(fmt::format("worker {} (token {}): lost() fired but its callback had not run "
-                              "100 ms later",
-                              lease.worker, lease.token));
+        violation(
+            fmt::format("worker {} (token {}): lost() fired but its callback had not run "
+                        "100 ms later",
+                        lease.worker, lease.token));
         continue;
       }
       if (late <= 0) continue;
@@ -247,13 +259,13 @@ class Checker {
     const auto& events = record_.register_events;
     if (f.kind == "pause") {
       if (!f.took_effect) return f.note;
-      const bool lost = std::any_of(record_.leases.begin(), record_.leases.end(),
-                                    [&](const LeaseReport& l) {
-                                      return l.pid == f.pid && l.lost && l.observed_at >= f.at &&
-                                             l.observed_at <= until;
-                                    });
+      const bool lost =
+          std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
+            return l.pid == f.pid && l.lost && l.observed_at >= f.at && l.observed_at <= until;
+          });
       const bool refused = std::any_of(events.begin(), events.end(), [&](const RegisterEvent& e) {
-        return e.pid == f.pid && (e.kind == RegisterEvent::kEnter || e.kind == RegisterEvent::kWrite) &&
+        return e.pid == f.pid &&
+               (e.kind == RegisterEvent::kEnter || e.kind == RegisterEvent::kWrite) &&
                !e.accepted && e.at >= f.at && e.at <= until;
       });
       return lost || refused ? "" : "the paused worker neither lost its lease nor was refused";
@@ -312,9 +324,9 @@ class Checker {
     const std::uint64_t floor = std::max<std::uint64_t>(
         3, static_cast<std::uint64_t>(options_.duration.count() / (4 * options_.ttl.count())));
     if (report_.grants < floor) {
-      report_.inconclusive.push_back(fmt::format(
-          "only {} grants (at least {} needed): is the key held by someone else?",
-          report_.grants, floor));
+      report_.inconclusive.push_back(
+          fmt::format("only {} grants (at least {} needed): is the key held by someone else?",
+                      report_.grants, floor));
     }
     if (report_.writes_applied < floor) {
       report_.inconclusive.push_back(fmt::format("only {} writes applied (at least {} needed)",

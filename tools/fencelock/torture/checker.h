@@ -9,11 +9,11 @@
 //   lost_updates          applied increments minus the final value
 //   token_violations      a grant whose token is not above the token of every grant that had
 //                         completed before it began (register clock), or a token granted twice
-//   exclusion_violations  a critical section that began while another holder's lease was still
-//                         valid by that holder's own valid_until(), unless excused: the older
-//                         holder's clock was faked (skew), or the backend promises no validity
-//                         (PostgreSQL advisory) and a fault was active (its window plus a margin
-//                         of 2 TTL), or the older holder left no report and a fault was active
+//   exclusion_violations  a critical section that began while another holder was inside and
+//                         both leases were still valid by their holders' own valid_until(),
+//                         unless excused: a clock was faked (skew), or the backend promises no
+//                         validity (PostgreSQL advisory) and a fault was active (its window plus
+//                         a margin of 2 TTL), or a holder left no report and a fault was active
 //   late_lost             lost() fired more than `lost_allowance` after valid_until(), or its
 //                         callback had not run 100 ms after the token fired, with no pause of
 //                         that worker overlapping [valid_until, fired_at]
@@ -90,8 +90,8 @@ struct Report {
   std::vector<std::string> inconclusive;  // why the run proves nothing
 
   std::uint64_t violation_count() const {
-    return fenced_violations + lost_updates + token_violations + exclusion_violations +
-           late_lost + unsignalled_expiries;
+    return fenced_violations + lost_updates + token_violations + exclusion_violations + late_lost +
+           unsignalled_expiries;
   }
   Verdict verdict() const {
     if (violation_count() > 0) return Verdict::kUnsafe;

@@ -39,12 +39,12 @@ struct RegisterEvent {
   // enter: the read was admitted; write: the register's value was assigned (recorded by the
   // code that assigns it, not taken from the gate's verdict).
   bool accepted = false;
-  std::uint64_t value = 0;  // enter: the value read; write: the value written
+  std::uint64_t value = 0;    // enter: the value read; write: the value written
   std::uint64_t highest = 0;  // enter, write: the gate's highest token after it (for display)
-  Nanos at = 0;             // the register's steady clock
-  Nanos wall = 0;           // the register's wall clock
-  Nanos worker_steady = 0;  // the worker's own steady clock when it sent the request
-  Nanos worker_wall = 0;    // the worker's own wall clock when it sent the request
+  Nanos at = 0;               // the register's steady clock
+  Nanos wall = 0;             // the register's wall clock
+  Nanos worker_steady = 0;    // the worker's own steady clock when it sent the request
+  Nanos worker_wall = 0;      // the worker's own wall clock when it sent the request
 };
 
 // One grant, from the register's clock: between `asked_at` (the worker's last kAcquire) and `at`
@@ -64,11 +64,11 @@ struct LeaseReport {
   long pid = 0;
   std::uint64_t token = 0;
   Nanos granted_at = 0;
-  Nanos valid_until = 0;  // the lease's valid_until() when the report was written
-  bool lost = false;      // lost() had fired
+  Nanos valid_until = 0;     // the lease's valid_until() when the report was written
+  bool lost = false;         // lost() had fired
   bool callback_ran = true;  // the on_lost() callback ran (within 100 ms of lost())
-  Nanos fired_at = 0;     // lost: when the callback ran (or observed_at when it had not)
-  Nanos observed_at = 0;  // when the worker looked
+  Nanos fired_at = 0;        // lost: when the callback ran (or observed_at when it had not)
+  Nanos observed_at = 0;     // when the worker looked
 };
 
 struct PauseWindow {
@@ -97,7 +97,7 @@ struct RunRecord {
   std::vector<LeaseReport> leases;
   std::vector<PauseWindow> pauses;
   std::vector<InjectedFault> faults;
-  std::vector<GrantRecord> grant_log;  // from register_events, by `at`
+  std::vector<GrantRecord> grant_log;         // from register_events, by `at`
   std::vector<std::string> control_failures;  // server-control runs that exited non-zero
   Nanos started_at = 0;
   Nanos ended_at = 0;

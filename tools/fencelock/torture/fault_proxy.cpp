@@ -184,7 +184,8 @@ struct FaultProxy::Impl {
             }
           }
           // A closed side (from_closed) must not be polled: POLLHUP would never stop.
-          fds.push_back({flow->from_closed ? -1 : flow->from, static_cast<short>(events & POLLIN), 0});
+          fds.push_back(
+              {flow->from_closed ? -1 : flow->from, static_cast<short>(events & POLLIN), 0});
           fds.push_back({flow->to, static_cast<short>(events & POLLOUT), 0});
           flows.emplace_back(flow, &pair);
         }

@@ -35,7 +35,8 @@ class FaultProxy {
 
   std::uint16_t port() const;
   // `delay` applies to kLatency only.
-  void set_fault(NetworkFault fault, std::chrono::milliseconds delay = std::chrono::milliseconds(0));
+  void set_fault(NetworkFault fault,
+                 std::chrono::milliseconds delay = std::chrono::milliseconds(0));
   // How often a fault has acted since the proxy started: chunks held back by kLatency,
   // connections reset or refused by kDrop, open connections frozen when a kBlackhole began. The
   // torture tester's evidence that a network fault took effect.

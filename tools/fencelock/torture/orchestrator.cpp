@@ -100,7 +100,8 @@ class WorkerProcess {
   }
   // Waits up to `limit` for the process to exit; true when it did.
   bool wait_for(milliseconds limit) {
-    for (auto until = Clock::now() + limit; pid_ > 0; std::this_thread::sleep_for(milliseconds(20))) {
+    for (auto until = Clock::now() + limit; pid_ > 0;
+         std::this_thread::sleep_for(milliseconds(20))) {
       if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
         pid_ = -1;
         return true;
@@ -247,7 +248,8 @@ class Orchestrator {
     for (auto& a : argv) raw.push_back(a.data());
     raw.push_back(nullptr);
     const std::string log = dir_ + "/server-control.log";
-    const int out = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const int out =
+        ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     const pid_t pid = ::fork();
     if (pid == 0) {
       if (out >= 0) {
@@ -291,25 +293,17 @@ class Orchestrator {
     if (faketime_.empty()) return {};
     std::ofstream(clock_file(id)) << "+0\n";
     return {"LD_PRELOAD=" + faketime_, "FAKETIME_TIMESTAMP_FILE=" + clock_file(id),
-            "FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
-            "DONT_FAKE_MONOTONIC=1"};
+            "FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", "DONT_FAKE_MONOTONIC=1"};
   }
 
   std::vector<std::string> worker_argv(int id) const {
-    return {"fencelock",
-            "torture-worker",
-            "--socket",
-            reg_->path(),
-            "--log",
-            log_of(id),
-            "--id",
-            std::to_string(id),
-            "--ttl-ms",
-            std::to_string(settings_.ttl.count()),
-            "--critical-ms",
-            std::to_string(settings_.critical.count()),
-            "--key",
-            settings_.key};
+    return {"fencelock",     "torture-worker",
+            "--socket",      reg_->path(),
+            "--log",         log_of(id),
+            "--id",          std::to_string(id),
+            "--ttl-ms",      std::to_string(settings_.ttl.count()),
+            "--critical-ms", std::to_string(settings_.critical.count()),
+            "--key",         settings_.key};
   }
 
   ActiveFault inject(const std::string& kind, RunRecord& record) {
@@ -431,20 +425,28 @@ class Orchestrator {
                                              "write", "exit",    "leave", "tick"};
     std::ofstream out(dir_ + "/history.jsonl");
     for (const RegisterEvent& e : record.register_events) {
-      out << nlohmann::json{{"t", kKinds[e.kind]},     {"worker", e.worker},
-                            {"pid", e.pid},            {"token", e.token},
-                            {"accepted", e.accepted},  {"value", e.value},
-                            {"at", e.at},              {"wall", e.wall},
+      out << nlohmann::json{{"t", kKinds[e.kind]},
+                            {"worker", e.worker},
+                            {"pid", e.pid},
+                            {"token", e.token},
+                            {"accepted", e.accepted},
+                            {"value", e.value},
+                            {"at", e.at},
+                            {"wall", e.wall},
                             {"worker_steady", e.worker_steady},
                             {"worker_wall", e.worker_wall}}
                  .dump()
           << "\n";
     }
     for (const InjectedFault& f : record.faults) {
-      out << nlohmann::json{{"t", "fault"},         {"kind", f.kind},
-                            {"at", f.at},           {"healed_at", f.healed_at},
-                            {"worker", f.worker},   {"pid", f.pid},
-                            {"took_effect", f.took_effect}, {"note", f.note}}
+      out << nlohmann::json{{"t", "fault"},
+                            {"kind", f.kind},
+                            {"at", f.at},
+                            {"healed_at", f.healed_at},
+                            {"worker", f.worker},
+                            {"pid", f.pid},
+                            {"took_effect", f.took_effect},
+                            {"note", f.note}}
                  .dump()
           << "\n";
     }

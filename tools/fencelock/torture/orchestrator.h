@@ -31,7 +31,8 @@ struct RunSettings {
   std::chrono::milliseconds duration{30'000};
   std::chrono::milliseconds ttl{2'000};
   std::chrono::milliseconds critical{20};
-  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump, server-kill
+  std::vector<std::string>
+      faults;  // pause, kill, latency, drop, partition, skew, jump, server-kill
   FenceMode fence = FenceMode::kFull;  // kNone: the broken variant, the register applies everything
   std::string key = "torture";         // the lock the workers contend for
   // For the fault server-kill: a program run as `PROGRAM kill PORT` to crash the server on PORT

@@ -201,8 +201,7 @@ std::uint64_t SharedRegister::value() const {
   return value_;
 }
 
-std::optional<int> SharedRegister::worker_between_read_and_write(
-    std::optional<int> except) const {
+std::optional<int> SharedRegister::worker_between_read_and_write(std::optional<int> except) const {
   std::lock_guard lock(mu_);
   for (const auto& [pid, inside] : inside_) {
     if (inside.read_pending && inside.worker != except) return inside.worker;
@@ -269,7 +268,9 @@ RegisterClient::Reply parse_reply(const std::string& reply) {
 
 namespace {
 // "<worker> <steady_ns> <wall_ns>": the head of every request.
-std::string head(int worker) { return fmt::format("{} {} {}", worker, monotonic_now(), wall_now()); }
+std::string head(int worker) {
+  return fmt::format("{} {} {}", worker, monotonic_now(), wall_now());
+}
 }  // namespace
 
 void RegisterClient::hello(int worker, long pid) {

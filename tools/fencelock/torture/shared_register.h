@@ -82,17 +82,17 @@ class SharedRegister {
 
   mutable std::mutex mu_;
   FenceGate gate_;
-  std::uint64_t value_ = 0;               // GUARDED_BY(mu_)
+  std::uint64_t value_ = 0;  // GUARDED_BY(mu_)
   struct Inside {
     int worker = 0;
     int open = 0;               // open critical sections
     bool read_pending = false;  // read, has not written yet
   };
-  std::map<long, Inside> inside_;         // GUARDED_BY(mu_): by process id
-  std::vector<long> hellos_;              // GUARDED_BY(mu_): processes that said HELLO
-  std::vector<RegisterEvent> events_;     // GUARDED_BY(mu_)
-  std::vector<int> connections_;          // GUARDED_BY(mu_)
-  std::vector<std::thread> servers_;      // GUARDED_BY(mu_)
+  std::map<long, Inside> inside_;      // GUARDED_BY(mu_): by process id
+  std::vector<long> hellos_;           // GUARDED_BY(mu_): processes that said HELLO
+  std::vector<RegisterEvent> events_;  // GUARDED_BY(mu_)
+  std::vector<int> connections_;       // GUARDED_BY(mu_)
+  std::vector<std::thread> servers_;   // GUARDED_BY(mu_)
 };
 
 // A worker's side of the protocol: one blocking connection; requests are serialized, so a

@@ -37,7 +37,6 @@ constexpr int kExitInconclusive = 2;
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
 
-
 Result<RunSettings> parse(const TortureArgs& args) {
   RunSettings s;
   s.workers = args.workers;
@@ -139,7 +138,8 @@ void print_report(const Report& r) {
   row("fenced violations", r.fenced_violations, "must be 0");
   row("lost updates", r.lost_updates, "must be 0");
   row("token violations", r.token_violations, "must be 0 (regressions, repeats)");
-  row("exclusion violations", r.exclusion_violations, "must be 0 (entered while another was valid)");
+  row("exclusion violations", r.exclusion_violations,
+      "must be 0 (entered while another was valid)");
   row("late lost()", r.late_lost, "must be 0 (unpaused workers)");
   row("unsignalled expiries", r.unsignalled_expiries, "must be 0 (validity passed, no lost())");
   row("lost() signals", r.lost_signals, "");
@@ -157,7 +157,8 @@ void print_report(const Report& r) {
                    .c_str(),
                stdout);
   }
-  for (const std::string& v : r.violations) std::fputs(("  violation: " + v + "\n").c_str(), stdout);
+  for (const std::string& v : r.violations)
+    std::fputs(("  violation: " + v + "\n").c_str(), stdout);
   for (const std::string& why : r.inconclusive)
     std::fputs(("  inconclusive: " + why + "\n").c_str(), stdout);
   std::fputs(fmt::format("result: {}\n", verdict_name(r.verdict())).c_str(), stdout);
@@ -202,16 +203,17 @@ int torture_command(const TortureArgs& args) {
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   if (!args.json) {
-    std::fputs(fmt::format("fencelock torture: {}, {} workers, {}, TTL {}, faults {}{}; logs in {}\n",
-                           described, args.workers, detail::format_duration(settings->duration),
-                           detail::format_duration(settings->ttl),
-                           settings->faults.empty() ? "none" : args.faults,
-                           settings->fence == FenceMode::kNone         ? " (UNSAFE: fence disabled)"
-                           : settings->fence == FenceMode::kWriteOnly ? " (write-only fence)"
-                                                                      : "",
-                           dir)
-                   .c_str(),
-               stdout);
+    std::fputs(
+        fmt::format("fencelock torture: {}, {} workers, {}, TTL {}, faults {}{}; logs in {}\n",
+                    described, args.workers, detail::format_duration(settings->duration),
+                    detail::format_duration(settings->ttl),
+                    settings->faults.empty() ? "none" : args.faults,
+                    settings->fence == FenceMode::kNone        ? " (UNSAFE: fence disabled)"
+                    : settings->fence == FenceMode::kWriteOnly ? " (write-only fence)"
+                                                               : "",
+                    dir)
+            .c_str(),
+        stdout);
     std::fflush(stdout);
   }
   // Signals end the run early (the report covers what ran); the handler only sets a flag.
@@ -223,13 +225,17 @@ int torture_command(const TortureArgs& args) {
   RunRecord record;
   Progress progress("torture", !args.json);
   try {
-    record = run_torture(*settings, backend.uri, dir, [&](const RunRecord& r, double done) {
-      const double seconds = done * std::chrono::duration<double>(settings->duration).count();
-      progress.update(done,
-                      fmt::format("{:.0f} ops/s",
-                                  seconds > 0 ? static_cast<double>(r.operations_so_far) / seconds : 0),
-                      fmt::format("faults {}", r.faults.size()));
-    }, stop.get_token());
+    record = run_torture(
+        *settings, backend.uri, dir,
+        [&](const RunRecord& r, double done) {
+          const double seconds = done * std::chrono::duration<double>(settings->duration).count();
+          progress.update(
+              done,
+              fmt::format("{:.0f} ops/s",
+                          seconds > 0 ? static_cast<double>(r.operations_so_far) / seconds : 0),
+              fmt::format("faults {}", r.faults.size()));
+        },
+        stop.get_token());
   } catch (const std::invalid_argument& e) {
     return reporter.fail(kExitUsage, "usage", e.what());
   } catch (const std::exception& e) {
@@ -247,8 +253,7 @@ int torture_command(const TortureArgs& args) {
   check_options.requested_faults = settings->faults;
   const Report report = check(record, check_options);
   if (args.json) {
-    std::fputs((json_line(report_json(report, args, *settings, described)) + "\n").c_str(),
-               stdout);
+    std::fputs((json_line(report_json(report, args, *settings, described)) + "\n").c_str(), stdout);
   } else {
     print_report(report);
   }

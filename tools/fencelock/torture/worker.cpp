@@ -145,8 +145,8 @@ int run_worker(const WorkerArgs& args) {
     // A worker that was frozen past its validity wakes at the same time as the library's
     // watchdog: give it a moment to fire lost() before looking. A lease whose validity passed
     // without lost() is reported as such (lost false, valid_until < observed_at).
-    for (int i = 0; i < 200 && !lease->is_lost() &&
-                    lease->valid_until() < std::chrono::steady_clock::now();
+    for (int i = 0;
+         i < 200 && !lease->is_lost() && lease->valid_until() < std::chrono::steady_clock::now();
          ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -163,8 +163,8 @@ int run_worker(const WorkerArgs& args) {
         fired_at->store(observed_at);
       }
     }
-    log->line(lease_line(args, token, granted_at, *lease, fired_at->load(), callback_ran,
-                         observed_at));
+    log->line(
+        lease_line(args, token, granted_at, *lease, fired_at->load(), callback_ran, observed_at));
     (void)lease->release();
   }
   return 0;

@@ -4,8 +4,8 @@
 // acquire() and what it was granted (the register's clock times them), and logs one JSON line per
 // lease to its log file: the lease's valid_until(), whether and when lost() fired, and when it
 // looked. The first of every 8 critical sections lasts 3/4 TTL
-// between the read and the write, so the lease must be renewed while it is held. It does not stop its
-// critical section when lost() fires: it plays a holder that was paused or ignores the signal,
+// between the read and the write, so the lease must be renewed while it is held. It does not stop
+// its critical section when lost() fires: it plays a holder that was paused or ignores the signal,
 // which the fence must absorb. SIGTERM ends it after the current cycle.
 #pragma once
 
