@@ -130,9 +130,10 @@ Result<FencingToken> token_from_reply(const redisReply* r, std::string_view key)
 
 // {1, x} / {0, highest} from fence_set.lua or fence_get.lua.
 Status check_shape(const redisReply* r) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
-      (r->element[0]->integer != 1 && r->elements != 2)) {
+      (r->element[0]->integer != 1 && r->element[0]->integer != 0) ||
+      (r->element[0]->integer == 0 && r->elements != 2)) {
     return Status(Code::kInternal, "unexpected reply from the fence script");
   }
   return Status::Ok();

@@ -56,10 +56,10 @@ struct Fixture {
 TEST(Supervisor, AfterALossSigkillComesNoLaterThanTheValidityEvenWithALongerGrace) {
   Fixture f;
   ASSERT_TRUE(f.signals.ok());
-  const Clock::time_point valid_until = Clock::now() + 400ms;
-  const LeaseDeadline lease{[&] { return valid_until; }, 1000ms, false};
   const pid_t pid = f.spawn(kStubborn);
   ASSERT_GT(pid, 0);
+  const Clock::time_point valid_until = Clock::now() + 400ms;
+  const LeaseDeadline lease{[&] { return valid_until; }, 1000ms, false};
   f.fire_lost();
   bool killed_at_validity = false;
   SupervisionHooks hooks;
@@ -79,11 +79,11 @@ TEST(Supervisor, AfterALossSigkillComesNoLaterThanTheValidityEvenWithALongerGrac
 TEST(Supervisor, RenewalsThatStopSendSigtermWhileValidityIsLeftSoACleanExitFitsInIt) {
   Fixture f;
   ASSERT_TRUE(f.signals.ok());
+  const pid_t pid = f.spawn(kPolite);
+  ASSERT_GT(pid, 0);
   // Never renewed: valid_until stays where it is; the lead is min(5 s, ttl/2) = 500 ms.
   const Clock::time_point valid_until = Clock::now() + 800ms;
   const LeaseDeadline lease{[&] { return valid_until; }, 1000ms, false};
-  const pid_t pid = f.spawn(kPolite);
-  ASSERT_GT(pid, 0);
   std::chrono::milliseconds left_at_term{-1};
   SupervisionHooks hooks;
   hooks.on_lease_at_risk = [&](std::chrono::milliseconds left) { left_at_term = left; };
@@ -117,10 +117,10 @@ TEST(Supervisor, ALeaseThatKeepsBeingRenewedIsNeverCutShort) {
 TEST(Supervisor, GraceOutlivesLeaseKeepsTheWholeGraceAfterALoss) {
   Fixture f;
   ASSERT_TRUE(f.signals.ok());
-  const Clock::time_point valid_until = Clock::now() + 50ms;
-  const LeaseDeadline lease{[&] { return valid_until; }, 1000ms, true};
   const pid_t pid = f.spawn(kStubborn);
   ASSERT_GT(pid, 0);
+  const Clock::time_point valid_until = Clock::now() + 50ms;
+  const LeaseDeadline lease{[&] { return valid_until; }, 1000ms, true};
   f.fire_lost();
   const Clock::time_point lost_at = Clock::now();
   bool killed_at_validity = true;

@@ -177,6 +177,15 @@ TEST(TortureChecker, AnOverlapWhileTheOlderLeaseIsStillValidIsUnsafe) {
   EXPECT_EQ(excused.overlaps_excused, 1u);
   h.r.faults[0].at = 10 * kS, h.r.faults[0].healed_at = 11 * kS;
   EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u) << "no fault was near";
+  // A fault that ends no session (a pause, latency, a clock fault) excuses nothing there.
+  h.r.faults[0] = fault("latency", 150 * kMs, 450 * kMs);
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
+  h.r.faults[0] = fault("pause", 150 * kMs, 450 * kMs, true, 2, h.pid_of(2));
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
+  // Nor a session fault when the older holder was never told its lease was lost.
+  h.r.faults[0] = fault("drop", 150 * kMs, 450 * kMs);
+  h.r.leases.back().lost = false;
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
 }
 
 // Not a violation: the stale one is the one entering. Worker 1 was granted token 5 and paused
@@ -389,10 +398,20 @@ TEST(TortureChecker, LateMissingAndAbsentLostSignalsAreUnsafeUnlessAPauseCoversT
   h.r.pauses = {{1, 2 * kS, 10900 * kMs}};
   EXPECT_EQ(check(h.r, options()).late_lost, 0u) << "the pause covers the lateness";
 
+  // A pause that began after lost() fired excuses nothing (its window is [stop, continue]).
+  h.r.pauses = {{1, 11100 * kMs, 12 * kS}};
+  EXPECT_EQ(check(h.r, options()).late_lost, 1u);
+
   History missing;
   missing.cycles(3, 1, 1, 0);
   missing.lease(1, 7, 1 * kS, 900 * kMs, true, 900 * kMs, /*callback_ran=*/false);
   EXPECT_EQ(check(missing.r, options()).late_lost, 1u) << "lost() without its callback";
+  // A loss reported with no callback time (fired_at 0) is a callback that never ran, however
+  // the report's flag reads.
+  History zero;
+  zero.cycles(3, 1, 1, 0);
+  zero.lease(1, 7, 1 * kS, 1300 * kMs, true, /*fired_at=*/0, /*callback_ran=*/true);
+  EXPECT_EQ(check(zero.r, options()).late_lost, 1u) << "the old at=0 blind spot";
 
   History absent;
   absent.cycles(3, 1, 1, 0);

@@ -1,5 +1,5 @@
--- Fencing tokens in every fencelock script: one comparison rule (included by embed_generate.cmake
--- where a script says --@include tokens.lua).
+-- Fencing tokens in every fencelock script: one comparison rule, included by
+-- cmake/embed_generate.cmake where a script asks for this file on a line of its own.
 -- A token is a canonical decimal string: '0' or [1-9][0-9]*, at most 20 digits and at most
 -- 18446744073709551615 (every uint64, nothing else: no sign, no leading zeros, no spaces).
 -- Canonical strings compare exactly by length, then byte by byte; Lua numbers are doubles and

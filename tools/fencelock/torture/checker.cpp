@@ -32,7 +32,7 @@ class Checker {
   Checker(const RunRecord& record, const CheckOptions& options)
       : record_(record),
         options_(options),
-        margin_(2 * options.ttl.count()),
+        margin_(options.ttl.count()),
         allowance_(options.lost_allowance.count()) {
     for (const LeaseReport& lease : record.leases) leases_[{lease.pid, lease.token}] = &lease;
     for (const InjectedFault& f : record.faults) {
@@ -68,9 +68,13 @@ class Checker {
     });
   }
 
-  bool in_fault_window(Nanos t) const {
+  // Whether `t` lies within a fault that can end a holder's session or process (kill, drop,
+  // partition, server-kill), or one TTL after it.
+  bool in_session_fault(Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      return f.at <= t && t <= f.healed_at + margin_;
+      const bool ends_sessions =
+          f.kind == "kill" || f.kind == "drop" || f.kind == "partition" || f.kind == "server-kill";
+      return ends_sessions && f.at <= t && t <= f.healed_at + margin_;
     });
   }
 
@@ -96,9 +100,12 @@ class Checker {
     if ((a != nullptr && a->valid_until <= t) || (b != nullptr && b->valid_until <= t)) {
       return OverlapKind::kAfterExpiry;
     }
-    if ((!options_.validity_bound || a == nullptr || b == nullptr) && in_fault_window(t)) {
-      return OverlapKind::kExcused;
-    }
+    // Without a report a holder's validity is unknown (a killed worker writes none); a backend
+    // that promises no validity frees a lock when its session dies, which only a fault that
+    // ends sessions does, and then the older holder is told (its report says lost).
+    const bool unknown = a == nullptr || b == nullptr;
+    const bool session_lost = !options_.validity_bound && (a == nullptr || a->lost);
+    if ((unknown || session_lost) && in_session_fault(t)) return OverlapKind::kExcused;
     return OverlapKind::kViolation;
   }
 
@@ -230,12 +237,14 @@ class Checker {
         continue;
       }
       report_.lost_signals++;
-      const Nanos late = lease.fired_at - lease.valid_until;
-      const Nanos from = lease.callback_ran
-                             ? lease.valid_until
-                             : std::min(lease.valid_until, lease.fired_at) - 200 * kMs;
-      if (paused_between(lease.worker, from, lease.fired_at)) continue;
-      if (!lease.callback_ran) {
+      // A report of a loss without the callback's time is a callback that never ran.
+      const bool callback_ran = lease.callback_ran && lease.fired_at != 0;
+      const Nanos fired_at = lease.fired_at != 0 ? lease.fired_at : lease.observed_at;
+      const Nanos late = fired_at - lease.valid_until;
+      const Nanos from =
+          callback_ran ? lease.valid_until : std::min(lease.valid_until, fired_at) - 200 * kMs;
+      if (paused_between(lease.worker, from, fired_at)) continue;
+      if (!callback_ran) {
         report_.late_lost++;
         violation(
             fmt::format("worker {} (token {}): lost() fired but its callback had not run "

@@ -11,9 +11,11 @@
 //                         completed before it began (register clock), or a token granted twice
 //   exclusion_violations  a critical section that began while another holder was inside and
 //                         both leases were still valid by their holders' own valid_until(),
-//                         unless excused: a clock was faked (skew), or the backend promises no
-//                         validity (PostgreSQL advisory) and a fault was active (its window plus
-//                         a margin of 2 TTL), or a holder left no report and a fault was active
+//                         unless excused: a clock was faked (skew); or, during a fault that ends
+//                         sessions or processes (kill, drop, partition, server-kill) or within
+//                         one TTL after it, a holder left no report (a killed worker), or the
+//                         backend promises no validity (PostgreSQL advisory) and the older
+//                         holder was told its lease was lost
 //   late_lost             lost() fired more than `lost_allowance` after valid_until(), or its
 //                         callback had not run 100 ms after the token fired, with no pause of
 //                         that worker overlapping [valid_until, fired_at]

@@ -28,14 +28,14 @@ Result<SplitUri> split_uri(const std::string& uri) {
   SplitUri out;
   std::size_t hosts_begin = sep + 3;
   const std::size_t hosts_limit = uri.find_first_of("/?", hosts_begin);
-  const std::size_t at = uri.rfind('@', hosts_limit == std::string::npos ? uri.size() : hosts_limit);
+  const std::size_t at =
+      uri.rfind('@', hosts_limit == std::string::npos ? uri.size() : hosts_limit);
   if (at != std::string::npos && at >= hosts_begin) hosts_begin = at + 1;
   const std::size_t hosts_end = uri.find_first_of("/?", hosts_begin);
   out.head = uri.substr(0, hosts_begin);
   out.tail = hosts_end == std::string::npos ? "" : uri.substr(hosts_end);
-  const std::string list = uri.substr(hosts_begin, hosts_end == std::string::npos
-                                                       ? std::string::npos
-                                                       : hosts_end - hosts_begin);
+  const std::string list = uri.substr(
+      hosts_begin, hosts_end == std::string::npos ? std::string::npos : hosts_end - hosts_begin);
   for (std::size_t start = 0; start <= list.size();) {
     std::size_t comma = list.find(',', start);
     if (comma == std::string::npos) comma = list.size();

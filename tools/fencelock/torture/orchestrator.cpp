@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +37,8 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+// How long one call of the server-control program may take.
+constexpr std::chrono::seconds kControlTimeout{60};
 
 bool needs_proxy(const std::vector<std::string>& faults) {
   for (const auto& f : faults)
@@ -242,7 +245,7 @@ class Orchestrator {
   // output appended to the run's server-control.log. True when it exited 0; a failure is kept
   // for the report (the fault then did not take effect).
   bool run_control(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {settings_.server_control};
+    std::vector<std::string> argv = {program_path(settings_.server_control)};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
     for (auto& a : argv) raw.push_back(a.data());
@@ -263,19 +266,54 @@ class Orchestrator {
       ::_exit(127);
     }
     if (out >= 0) ::close(out);
+    // Bounded: a control program that hangs fails (SIGKILL after kControlTimeout).
     int status = 0;
-    const bool ran = pid > 0 && ::waitpid(pid, &status, 0) == pid;
+    bool ran = false, timed_out = false;
+    for (auto until = Clock::now() + kControlTimeout; pid > 0;) {
+      const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
+      if (reaped == pid) {
+        ran = true;
+        break;
+      }
+      if (reaped < 0 && errno != EINTR) break;
+      if (Clock::now() >= until) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
     const bool ok = ran && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (!ok) {
       std::string words;
       for (const auto& a : argv) words += (words.empty() ? "" : " ") + a;
       control_failures_.push_back(
-          !ran ? fmt::format("'{}' could not be started", words)
+          timed_out ? fmt::format(
+                          "'{}' did not finish within {} s", words,
+                          std::chrono::duration_cast<std::chrono::seconds>(kControlTimeout).count())
+          : !ran ? fmt::format("'{}' could not be started", words)
           : WIFEXITED(status)
               ? fmt::format("'{}' exited {}", words, WEXITSTATUS(status))
               : fmt::format("'{}' was killed by signal {}", words, WTERMSIG(status)));
     }
     return ok;
+  }
+
+  // PROGRAM as given when it names a path, else its first match in PATH (as a shell would find
+  // it), looked up before fork().
+  static std::string program_path(const std::string& program) {
+    if (program.find('/') != std::string::npos) return program;
+    const char* path = std::getenv("PATH");
+    std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
+    while (!dirs.empty()) {
+      const std::size_t colon = std::min(dirs.find(':'), dirs.size());
+      const std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), program);
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      dirs.remove_prefix(std::min(colon + 1, dirs.size()));
+    }
+    return program;
   }
 
   std::uint64_t proxy_actions() const {
@@ -327,6 +365,7 @@ class Orchestrator {
         std::this_thread::sleep_for(milliseconds(2));
       fault.paused_worker = pick();
       WorkerProcess& w = hit(*fault.paused_worker);
+      fault.record.at = monotonic_now();  // the pause window starts here, not before the wait
       w.signal(SIGSTOP);
       for (int i = 0; i < 100 && !fault.record.took_effect; ++i) {
         fault.record.took_effect = w.stopped();

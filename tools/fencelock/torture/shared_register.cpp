@@ -87,6 +87,7 @@ void SharedRegister::serve(int fd) {
   char buf[512];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
     for (auto eol = pending.find('\n'); eol != std::string::npos; eol = pending.find('\n')) {
@@ -250,6 +251,7 @@ std::string RegisterClient::request(const std::string& line) {
     }
     char buf[256];
     ssize_t n = ::read(fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw std::runtime_error("register connection lost");
     buffer_.append(buf, static_cast<std::size_t>(n));
   }

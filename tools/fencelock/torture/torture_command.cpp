@@ -200,6 +200,7 @@ int torture_command(const TortureArgs& args) {
   }
   struct sigaction action {};
   action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESTART;  // the flag is polled; blocking calls carry on
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   if (!args.json) {

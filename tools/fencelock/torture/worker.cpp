@@ -51,14 +51,15 @@ class LogFile {
 
 // The lease report (events.h LeaseReport) as one JSON line.
 std::string lease_line(const WorkerArgs& args, std::uint64_t token, Nanos granted_at,
-                       const Lease& lease, Nanos fired_at, bool callback_ran, Nanos observed_at) {
+                       const Lease& lease, bool lost, Nanos fired_at, bool callback_ran,
+                       Nanos observed_at) {
   return nlohmann::json{{"t", "lease"},
                         {"worker", args.id},
                         {"pid", static_cast<long>(::getpid())},
                         {"token", token},
                         {"granted_at", granted_at},
                         {"valid_until", to_nanos(lease.valid_until())},
-                        {"lost", lease.is_lost()},
+                        {"lost", lost},
                         {"callback_ran", callback_ran},
                         {"fired_at", fired_at},
                         {"observed_at", observed_at}}
@@ -152,7 +153,9 @@ int run_worker(const WorkerArgs& args) {
     }
     Nanos observed_at = monotonic_now();
     bool callback_ran = true;
-    if (lease->is_lost()) {  // lost before the release: a real loss, not our own release
+    // One reading of is_lost() decides the report: lost() may fire while it is being written.
+    const bool lost = lease->is_lost();
+    if (lost) {  // lost before the release: a real loss, not our own release
       // lost() is visible a moment before its callbacks have run.
       for (int i = 0; i < 100 && fired_at->load() == 0; ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -163,8 +166,8 @@ int run_worker(const WorkerArgs& args) {
         fired_at->store(observed_at);
       }
     }
-    log->line(
-        lease_line(args, token, granted_at, *lease, fired_at->load(), callback_ran, observed_at));
+    log->line(lease_line(args, token, granted_at, *lease, lost, fired_at->load(), callback_ran,
+                         observed_at));
     (void)lease->release();
   }
   return 0;
