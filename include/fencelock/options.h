@@ -40,7 +40,9 @@ struct ClientOptions {
   // ttl/10 so that a slow instance cannot eat the lease's validity.
   milliseconds io_timeout{1'000};
   // Clock-drift allowance, as a fraction of the TTL, subtracted from every validity (Redlock
-  // spec). Default 0.01; a further 2 ms is always subtracted.
+  // spec). It bounds the *relative* drift: how much faster a server's clock may run than the
+  // client's. Default 0.01; a further 2 ms is always subtracted. If each clock may drift 1 % on
+  // its own (in opposite directions), set 0.02.
   double drift_factor = 0.01;
   // How long a Lease destructor may spend releasing. Default 500 ms; 0 skips the release and
   // leaves the lock to expire.

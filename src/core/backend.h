@@ -39,8 +39,9 @@ struct GrantRequest {
 struct Grant {
   FencingToken token{0};
   Clock::time_point valid_until;
-  // The backend's own name for what the grant holds, when guarded_put() needs it (etcd: the own
-  // key NAME/<lease hex>). Empty otherwise.
+  // The backend's own name for what the grant holds, handed back to renew_all() (RenewItem) and
+  // release_grant(): etcd's own key NAME/<lease hex> (guarded_put() needs it), the lock value of
+  // the granted attempt on Redis. Empty when the backend needs none.
   std::string backend_key;
   // The key was held by another owner when this acquisition began: it waited for a release.
   bool contended = false;
@@ -61,6 +62,8 @@ struct RenewItem {
   // When the lease's lost() fires unless this renewal is confirmed first (its validity minus
   // the watchdog's guard): a confirmation after it is of no use.
   Clock::time_point renew_by = Clock::time_point::max();
+  // Grant::backend_key of the lease (nullptr: none).
+  const std::string* backend_key = nullptr;
 };
 
 // Per item of a renew_all() call.
@@ -148,6 +151,13 @@ class Backend {
   // Compare-owner-and-delete, give up any place in the wait queue, then wake waiters. OK when the
   // key is gone or owned by another. Also how an acquisition that gives up leaves nothing behind.
   virtual Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) = 0;
+  // Releases the grant a lease holds (`backend_key` is its Grant::backend_key). A backend whose
+  // lock value is fresh per attempt (Redis) deletes only that grant; others release by owner.
+  virtual Status release_grant(const LockKey& key, const OwnerId& owner,
+                               const std::string& backend_key, Clock::time_point deadline) {
+    (void)backend_key;
+    return release(key, owner, deadline);
+  }
 
   virtual Result<std::optional<HolderInfo>> inspect(const LockKey& key) = 0;
   virtual Result<std::vector<HolderInfo>> list(std::string_view prefix) = 0;

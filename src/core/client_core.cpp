@@ -100,7 +100,7 @@ Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {
   renewer_.remove(&lease);
   lease.mark_lost();  // stop the holder's work before anyone else can be granted
   const Clock::time_point start = Clock::now();
-  Status status = backend_->release(lease.key, lease.owner, deadline);
+  Status status = backend_->release_grant(lease.key, lease.owner, lease.backend_key, deadline);
   metrics_.record_release(status.code(), Clock::now() - start);
   if (!status.ok()) {
     detail::log(LogLevel::kInfo,

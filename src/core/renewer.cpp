@@ -109,7 +109,7 @@ void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
   items.reserve(due.size());
   for (const auto& lease : due) {
     items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl,
-                              lease->valid_until() - lost_guard(lease->ttl)});
+                              lease->valid_until() - lost_guard(lease->ttl), &lease->backend_key});
   }
   ++rounds_;
   lock.unlock();

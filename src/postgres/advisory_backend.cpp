@@ -212,7 +212,10 @@ class AdvisoryBackend final : public Backend {
     auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken,
                           /*multi=*/true, call.stop);
     if (!waited.ok()) {
-      sessions_.checkin(*session, broken || waited.code() == Code::kDeadlineExceeded);
+      // PostgreSQL can grant the lock at the moment lock_timeout or a cancel hits: the statement
+      // fails and the session-level lock stays. The session was empty before the wait, so
+      // closing it frees exactly what the failed wait may hold.
+      sessions_.checkin(*session, /*broken=*/true);
       if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
       if (waited.code() == Code::kLocked) {
         return Status(Code::kLocked,

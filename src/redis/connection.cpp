@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "core/log_internal.h"
+
 namespace fencelock::detail::redis {
 namespace {
 
@@ -78,6 +80,37 @@ Status status_from_error_reply(std::string_view text, std::string_view where) {
     return Status(Code::kUnavailable, fmt::format("{}: {}", where, text));
   }
   return Status(Code::kInternal, fmt::format("{}: unexpected error reply: {}", where, text));
+}
+
+Status check_eviction_policy(redisContext* context, std::string_view where, bool allow_eviction) {
+  Reply reply(static_cast<redisReply*>(redisCommand(context, "CONFIG GET maxmemory-policy")));
+  if (!reply) {
+    return Status(Code::kUnavailable,
+                  fmt::format("{}: {}", where, context->errstr[0] ? context->errstr : "no reply"));
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    const std::string_view text(reply->str, reply->len);
+    detail::log(LogLevel::kWarning,
+                "could not check maxmemory-policy on Redis {} ({}): if it evicts keys without a "
+                "TTL, fencing counters can be evicted and tokens repeat; run it with "
+                "maxmemory-policy noeviction or volatile-*",
+                where, text.substr(0, text.find(' ')));
+    return Status::Ok();
+  }
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+      reply->element[1]->type != REDIS_REPLY_STRING) {
+    return Status::Ok();  // a server without the setting evicts nothing
+  }
+  const std::string policy(reply->element[1]->str, reply->element[1]->len);
+  if (policy.starts_with("allkeys-") && !allow_eviction) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("Redis {} runs with maxmemory-policy {}, which can evict fencing "
+                              "counters and fence records (they carry no TTL) so that tokens "
+                              "repeat; set maxmemory-policy noeviction (or a volatile-* policy), "
+                              "or accept the risk with the URI option allow_eviction=true",
+                              where, policy));
+  }
+  return Status::Ok();
 }
 
 Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline) {

@@ -55,6 +55,13 @@ struct ConnectSpec {
 // refuses the credentials.
 Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline);
 
+// Fencing counters and fence records carry no TTL and must never be evicted: kInvalidArgument,
+// naming the policy, when the server's maxmemory-policy evicts keys without a TTL (allkeys-*),
+// unless `allow_eviction` (the URI option allow_eviction=true accepts the risk). When CONFIG GET
+// is refused (ACL, renamed command) the policy cannot be checked: a warning goes to the log sink
+// and the connection is accepted. kUnavailable when the server does not answer.
+Status check_eviction_policy(redisContext* context, std::string_view where, bool allow_eviction);
+
 // Maps a server error reply ("WRONGPASS ...", "NOPERM ...") to a Status.
 Status status_from_error_reply(std::string_view text, std::string_view where);
 

@@ -85,12 +85,16 @@ class RedlockBackend final : public Backend {
     const Clock::time_point io_deadline = std::min(sent + options_.io_timeout, validity);
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
-    std::string cmd = evalsha(
-        lua::acquire_sha1,
-        {lock_key(k), fence_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
-         queue_wake_key(k)},
-        {owner, std::to_string(req.ttl.count()), req.metadata,
-         std::to_string(req.queue_for.count()), std::to_string(req.ticket), hub_.wake_channel()});
+    // A fresh lock value for every attempt (the Redlock rule): the owner id names the waiter,
+    // the value names this attempt, so a late release of an earlier attempt cannot delete it.
+    // The owner id comes first, so that inspect() still shows the owner's prefix.
+    const std::string value = attempt_value(req.owner);
+    std::string cmd = evalsha(lua::acquire_sha1,
+                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k),
+                               queue_expiry_key(k), queue_wake_key(k)},
+                              {owner, std::to_string(req.ttl.count()), req.metadata,
+                               std::to_string(req.queue_for.count()), std::to_string(req.ticket),
+                               hub_.wake_channel(), value});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline);
     Round1 r1 = tally_round1(calls);
@@ -98,9 +102,9 @@ class RedlockBackend final : public Backend {
     Status failure;
     if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
       std::optional<FencingToken> token = select_token(r1.counters);
-      Status confirmed = round2(req, owner, *token, r1, validity);
+      Status confirmed = round2(req, value, *token, r1, validity);
       if (confirmed.ok() && Clock::now() < validity) {
-        return TryResult{Status::Ok(), Grant{*token, validity}, milliseconds(0)};
+        return TryResult{Status::Ok(), Grant{*token, validity, value}, milliseconds(0)};
       }
       failure = confirmed.ok() ? Status(Code::kDeadlineExceeded,
                                         "acquiring took longer than the lease's validity; "
@@ -109,11 +113,12 @@ class RedlockBackend final : public Backend {
     } else {
       failure = round1_failure(r1, calls);
     }
-    // Nothing may stay behind: release by owner id everywhere, including where the outcome is
-    // unknown (timeouts); keep the place in the wait queue (the caller leaves it if it gives up).
-    // When every instance plainly said "held", nothing was taken and there is nothing to release.
+    // Nothing may stay behind: release this attempt's value everywhere, including where the
+    // outcome is unknown (timeouts); keep the place in the wait queue (the caller leaves it if
+    // it gives up). When every instance plainly said "held", nothing was taken and there is
+    // nothing to release.
     if (!r1.granted.empty() || !r1.errors.empty()) {
-      (void)release_keys(req.key, req.owner, Clock::now() + options_.io_timeout,
+      (void)release_keys(req.key, req.owner, value, Clock::now() + options_.io_timeout,
                          /*leave_queue=*/false);
     }
     milliseconds retry = failure.code() == Code::kLocked ? retry_after(r1) : milliseconds(0);
@@ -134,7 +139,7 @@ class RedlockBackend final : public Backend {
       for (std::size_t i = start; i < std::min(items.size(), start + renew_batch_); ++i) {
         keys.push_back(lock_key(items[i].key->str()));
         keys.push_back(holder_key(items[i].key->str()));
-        args.push_back(items[i].owner->hex());
+        args.push_back(items[i].backend_key != nullptr ? *items[i].backend_key : std::string());
         args.push_back(std::to_string(items[i].ttl.count()));
       }
       commands.push_back(evalsha(lua::renew_sha1, std::move(keys), std::move(args)));
@@ -188,17 +193,29 @@ class RedlockBackend final : public Backend {
     return out;
   }
 
+  // An acquisition that gives up holds no grant: it only leaves the wait queue (each of its
+  // attempts already released its own value).
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
-    return release_keys(key, owner, deadline, /*leave_queue=*/true);
+    return release_keys(key, owner, "", deadline, /*leave_queue=*/true);
   }
 
-  Status release_keys(const LockKey& key, const OwnerId& owner, Clock::time_point deadline,
-                      bool leave_queue) {
+  Status release_grant(const LockKey& key, const OwnerId& owner, const std::string& value,
+                       Clock::time_point deadline) override {
+    return release_keys(key, owner, value, deadline, /*leave_queue=*/true);
+  }
+
+  // The lock value of one attempt: the owner id, then 64 random bits.
+  static std::string attempt_value(const OwnerId& owner) {
+    return owner.hex() + OwnerId::random().hex().substr(0, 16);
+  }
+
+  Status release_keys(const LockKey& key, const OwnerId& owner, const std::string& value,
+                      Clock::time_point deadline, bool leave_queue) {
     const std::string& k = key.str();
     std::string cmd =
         evalsha(lua::release_sha1,
                 {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
-                {owner.hex(), leave_queue ? "1" : "0"});
+                {owner.hex(), leave_queue ? "1" : "0", value});
     auto calls = calls_to_all(&cmd);
     fan_out(calls, deadline);
     int answered = 0;
@@ -291,13 +308,13 @@ class RedlockBackend final : public Backend {
   // below it (max-register write-back). An instance whose counter already equals the token is
   // confirmed by round 1 itself (counters only grow), so when the instances are in step (the
   // usual case, and always for N = 1) round 2 sends nothing and costs no round trip.
-  Status round2(const GrantRequest& req, const std::string& owner, FencingToken token,
+  Status round2(const GrantRequest& req, const std::string& value, FencingToken token,
                 const Round1& r1, Clock::time_point validity) {
     int confirmed = 0;
     std::vector<InstanceCall> calls;
     const std::string& k = req.key.str();
     std::string cmd = evalsha(lua::raise_fence_sha1, {lock_key(k), fence_key(k), holder_key(k)},
-                              {owner, std::to_string(token.value())});
+                              {value, std::to_string(token.value())});
     for (std::size_t i = 0; i < r1.granted.size(); ++i) {
       if (r1.counters[i] == token.value()) {
         confirmed++;
@@ -343,7 +360,7 @@ class RedlockBackend final : public Backend {
     (void)calls;
     if (n() == 1) {
       return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
-                    timed_out ? detail + " (outcome unknown; released by owner id)" : detail);
+                    timed_out ? detail + " (outcome unknown; this attempt was released)" : detail);
     }
     return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
                   fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})",
@@ -493,11 +510,22 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
     }
   }
   std::size_t renew_batch = kDefaultRenewBatch;
+  bool allow_eviction = false;
   for (const auto& [name, value] : uri.query) {
+    if (name == "allow_eviction") {
+      if (value != "true" && value != "false") {
+        return Status(Code::kInvalidArgument,
+                      fmt::format("malformed backend URI: allow_eviction must be true or false, "
+                                  "got '{}'",
+                                  value));
+      }
+      allow_eviction = value == "true";
+      continue;
+    }
     if (name != "renew_batch") {
       return Status(Code::kInvalidArgument,
-                    fmt::format("malformed backend URI: unknown option '{}' (the only option is "
-                                "renew_batch=LEASES)",
+                    fmt::format("malformed backend URI: unknown option '{}' (the options are "
+                                "renew_batch=LEASES and allow_eviction=true)",
                                 name));
     }
     std::size_t parsed = 0;
@@ -546,8 +574,14 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
   for (auto& instance : backend->instances()) {
     auto c = instance->checkout(Clock::now() + options.connect_timeout);
     if (c.ok()) {
-      reachable++;
-      instance->checkin(std::move(*c));
+      Status policy = check_eviction_policy(c->get(), instance->address(), allow_eviction);
+      if (policy.code() == Code::kInvalidArgument) return policy;
+      if (policy.ok()) {
+        reachable++;
+        instance->checkin(std::move(*c));
+      } else {
+        problems += (problems.empty() ? "" : "; ") + policy.message();
+      }
       continue;
     }
     if (c.code() == Code::kUnauthenticated || c.code() == Code::kPermissionDenied)

@@ -100,15 +100,38 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
   }
   impl->spec.connect_timeout = options.connect_timeout;
   impl->spec.scripts = {detail::lua::fence_set, detail::lua::fence_get};
+  bool allow_eviction = false;
+  for (const auto& [name, value] : parsed->query) {
+    if (name == "allow_eviction") allow_eviction = value == "true";
+  }
   auto opened = redis::open_context(
       impl->spec, detail::Clock::now() + options.connect_timeout + options.io_timeout);
   if (!opened.ok()) return opened.status();
+  if (Status policy = redis::check_eviction_policy(
+          opened->get(), redis::Instance(impl->spec).address(), allow_eviction);
+      !policy.ok()) {
+    return policy;
+  }
   impl->context = std::move(*opened);
   return RedisFence(std::move(impl));
 }
 
 namespace {
 std::string fence_key(std::string_view key) { return "fencelock:fence:" + std::string(key); }
+
+// Data keys may not live in fencelock's namespace: "fencelock:fence:K" is K's fence record and
+// "fencelock:{K}:fence" a lock's counter, and a write to either would reset it.
+Status check_data_key(std::string_view key) {
+  if (key.starts_with("fencelock:")) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("RedisFence: the data key '{}' is in fencelock's own namespace "
+                              "(fencelock:), where fence records and lock counters live; choose "
+                              "another name",
+                              key.substr(0, 60)));
+  }
+  if (key.empty()) return Status(Code::kInvalidArgument, "RedisFence: the data key is empty");
+  return Status::Ok();
+}
 
 std::string text(const redisReply* r) { return std::string(r->str, r->len); }
 
@@ -141,6 +164,7 @@ Status check_shape(const redisReply* r) {
 }  // namespace
 
 Status RedisFence::set(std::string_view key, std::string_view value, FencingToken token) {
+  if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->run_script(
       detail::lua::fence_set, detail::lua::fence_set_sha1,
       {std::string(key), fence_key(key), std::to_string(token.value()), std::string(value)});
@@ -154,6 +178,7 @@ Status RedisFence::set(std::string_view key, std::string_view value, FencingToke
 }
 
 Result<std::optional<std::string>> RedisFence::get(std::string_view key, FencingToken token) {
+  if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
                                  {std::string(key), fence_key(key), std::to_string(token.value())});
   if (!reply.ok()) return reply.status();
@@ -175,6 +200,7 @@ Result<std::optional<std::string>> RedisFence::get(std::string_view key, Fencing
 }
 
 Result<std::optional<std::string>> RedisFence::peek(std::string_view key) {
+  if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->command({"GET", std::string(key)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
@@ -185,6 +211,7 @@ Result<std::optional<std::string>> RedisFence::peek(std::string_view key) {
 }
 
 Result<FencingToken> RedisFence::highest(std::string_view key) {
+  if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->command({"GET", fence_key(key)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return FencingToken(0);

@@ -189,6 +189,27 @@ TEST(RedisFence, AMalformedFenceRecordIsAnInternalErrorAndNothingIsWritten) {
   }
 }
 
+// fencelock's own keys are not data: "fencelock:fence:acct" is acct's fence record and
+// "fencelock:{K}:fence" a lock's counter; writing either would reset it (a token-5 write after
+// token 10 was accepted).
+TEST(RedisFence, RefusesDataKeysInFencelocksOwnNamespace) {
+  auto server = RedisServer::start();
+  auto fence = RedisFence::connect(server->uri());
+  ASSERT_TRUE(fence.ok()) << fence.status().to_string();
+  ASSERT_TRUE(fence->set("acct", "1", T(10)).ok());
+  for (const char* key : {"fencelock:fence:acct", "fencelock:{jobs}:fence", "fencelock:x"}) {
+    EXPECT_EQ(fence->set(key, "0", T(1)).code(), Code::kInvalidArgument) << key;
+    EXPECT_EQ(fence->get(key, T(1)).code(), Code::kInvalidArgument) << key;
+    EXPECT_EQ(fence->peek(key).code(), Code::kInvalidArgument) << key;
+    const std::string reply = server->command({"EVAL", std::string(RedisFence::script()), "2", key,
+                                               std::string("fencelock:fence:") + key, "1", "0"});
+    EXPECT_NE(reply.find("namespace"), std::string::npos) << key << ": " << reply;
+  }
+  EXPECT_EQ(server->command({"GET", "fencelock:fence:acct"}), "10");
+  EXPECT_EQ(fence->set("acct", "stale", T(5)).code(), Code::kFenced);
+  EXPECT_EQ(fence->set("", "x", T(11)).code(), Code::kInvalidArgument);
+}
+
 // SCRIPT FLUSH (or a restarted server behind an old connection) empties the script cache: the
 // fence falls back to EVAL, which loads the script again.
 TEST(RedisFence, KeepsWorkingAfterScriptFlush) {

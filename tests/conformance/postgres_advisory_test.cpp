@@ -3,13 +3,18 @@
 // pool under many waiters. The backend-neutral guarantees are in conformance_test.cpp.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fencelock/client.h"
@@ -24,6 +29,13 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+std::vector<std::string> read_lines_of(const std::string& path) {
+  std::vector<std::string> lines;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
 
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
@@ -197,6 +209,45 @@ TEST_F(PostgresAdvisory, AServerRestartLosesHeldLeasesAndTheClientRecovers) {
 
 // Shared (reader) locks: several holders at once; an exclusive one waits until all are gone.
 // Backends without shared locks refuse the option instead of silently taking an exclusive lock.
+// PostgreSQL can grant a waiting advisory lock at the moment lock_timeout (or a cancel) hits: the
+// statement fails, the session-level lock stays. The waiter's backend is stopped so that the
+// holder's release grants it the lock while its lock_timeout signal is already pending; when it
+// resumes, its statement fails with "lock timeout" holding the lock. The failed wait must not
+// leave the lock on a pooled session (before, the session went back to the pool as empty and
+// every other client saw the key held for good).
+TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
+  Client holder = connect(), waiter = connect(), third = connect();
+  auto held = holder.acquire(key("race"), {.ttl = 10s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::optional<Result<Lease>> waited;
+  long backend = 0;
+  {
+    std::jthread thread([&] { waited = waiter.acquire(key("race"), {.ttl = 10s, .wait = 1s}); });
+    ASSERT_TRUE(eventually([&] { return sessions_waiting_on("race") == 1; }));
+    backend = std::stol(server_->sql(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted LIMIT 1"));
+    ASSERT_EQ(::kill(static_cast<pid_t>(backend), SIGSTOP), 0);
+    EXPECT_TRUE(held->release().ok());
+    // The waiter's lock_timeout (SIGALRM) fires while it is stopped: pending in its signal mask.
+    auto alarm_pending = [&] {
+      for (const std::string& line : read_lines_of(fmt::format("/proc/{}/status", backend))) {
+        if (line.starts_with("ShdPnd:"))
+          return (std::stoull(line.substr(7), nullptr, 16) & (1ULL << (SIGALRM - 1))) != 0;
+      }
+      return false;
+    };
+    EXPECT_TRUE(eventually(alarm_pending, 10s)) << "the waiter's lock_timeout never fired";
+    ::kill(static_cast<pid_t>(backend), SIGCONT);
+  }
+  ASSERT_TRUE(waited.has_value());
+  if (waited->ok()) {
+    ASSERT_TRUE((*waited)->release().ok());  // the grant won the race: then it is a grant
+  }
+  // Nothing may be left held by a session nobody tracks.
+  auto after = third.acquire(key("race"), {.ttl = 5s, .wait = 3s});
+  EXPECT_TRUE(after.ok()) << "the key stayed held: " << after.status().to_string();
+}
+
 TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll) {
   Client a = connect(), b = connect(), c = connect();
   auto first = a.acquire(key("readers"), {.ttl = 5s, .shared = true});

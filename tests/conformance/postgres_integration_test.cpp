@@ -3,7 +3,9 @@
 // in conformance_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "fencelock/client.h"
@@ -30,6 +32,36 @@ class PostgresLease : public ::testing::Test {
   std::string uri() const { return server_->uri() + "?mode=lease"; }
   std::unique_ptr<PostgresServer> server_;
 };
+
+// A token is handed out only once the commit that drew it is durable. The server runs as many
+// are configured, with synchronous_commit = off (and a WAL writer that flushes only every 10 s):
+// a crash then loses the last commits and the token sequence goes back, so tokens repeat unless
+// the library forces durable commits on its own sessions. Both modes.
+TEST(PostgresDurability, TokensNeverRepeatAfterACrashOfAServerWithAsynchronousCommit) {
+  auto server = PostgresServer::start(
+      {.extra_settings = {"synchronous_commit=off", "wal_writer_delay=10000ms"}});
+  for (const std::string mode : {"advisory", "lease"}) {
+    std::uint64_t highest = 0;
+    {
+      auto client = Client::connect(server->uri() + "?mode=" + mode);
+      ASSERT_TRUE(client.ok()) << mode << ": " << client.status().to_string();
+      for (int i = 0; i < 40; ++i) {
+        auto lease = client->acquire(key("durable-" + mode), {.ttl = 5s});
+        ASSERT_TRUE(lease.ok()) << mode << ": " << lease.status().to_string();
+        highest = std::max(highest, lease->token().value());
+        ASSERT_TRUE(lease->release().ok());
+      }
+      // The server crashes while the Client still holds its sessions.
+      server->crash();
+    }
+    server->start_again();
+    auto client = Client::connect(server->uri() + "?mode=" + mode);
+    ASSERT_TRUE(client.ok()) << mode << ": " << client.status().to_string();
+    auto after = client->acquire(key("durable-" + mode), {.ttl = 5s});
+    ASSERT_TRUE(after.ok()) << mode << ": " << after.status().to_string();
+    EXPECT_GT(after->token().value(), highest) << mode << ": a token repeated after the crash";
+  }
+}
 
 TEST_F(PostgresLease, WrongPasswordIsUnauthenticatedAndNeverEchoed) {
   auto client = Client::connect(base_uri(*server_, "fencelock", "wrong-pw-123"));

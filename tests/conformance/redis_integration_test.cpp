@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,7 +18,10 @@
 
 #include "core/client_core.h"
 #include "fencelock/client.h"
+#include "fencelock/fence.h"
+#include "fencelock/log.h"
 #include "redis/connection.h"
+#include "redis/redis_backend.h"
 #include "redis/redis_keys.h"
 #include "redis_scripts.h"
 #include "support/lost_probe.h"
@@ -41,6 +46,123 @@ Client connect_or_throw(const std::string& uri, ClientOptions options = {}) {
 
 bool has_lock_key(RedisServer& server, std::string_view name) {
   return server.command({"EXISTS", lock_key(name)}) == "1";
+}
+
+// Every attempt writes a fresh lock value (the Redlock rule): the owner id names the waiter, not
+// the grant. A release of attempt 1 that arrives late, after attempt 2 of the same waiter was
+// granted, must not delete attempt 2's key (before, every attempt wrote the owner id, and the
+// late release deleted the live key; another client then took it while the holder was valid).
+TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
+  auto server = RedisServer::start();
+  auto parsed = detail::parse_uri(server->uri(), 6379);
+  ASSERT_TRUE(parsed.ok());
+  auto backend = detail::make_redis_backend(*parsed, ClientOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  const LockKey k = key("attempts");
+  const OwnerId owner = OwnerId::random();
+  const std::string metadata;
+  const detail::GrantRequest request{k, owner, 10s, metadata};
+  const auto deadline = [] { return Clock::now() + 2s; };
+
+  auto first = (*backend)->try_acquire(request);
+  ASSERT_TRUE(first.grant.has_value()) << first.status.to_string();
+  const std::string v1 = first.grant->backend_key;
+  ASSERT_TRUE((*backend)->release_grant(k, owner, v1, deadline()).ok());
+  auto second = (*backend)->try_acquire(request);
+  ASSERT_TRUE(second.grant.has_value()) << second.status.to_string();
+  const std::string v2 = second.grant->backend_key;
+  EXPECT_NE(v1, v2) << "the same lock value for two attempts";
+  EXPECT_TRUE(v2.starts_with(owner.hex())) << "inspect() shows the owner's prefix";
+  EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
+
+  (void)(*backend)->release_grant(k, owner, v1, deadline());  // attempt 1's release, late
+  EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
+  (void)(*backend)->release(k, owner, deadline());  // a give-up: leaves the queue only
+  EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
+  EXPECT_EQ(server->command({"SET", lock_key("attempts"), v2, "XX", "PX", "10000"}), "OK");
+  // Renewal compares the granted attempt's value too.
+  const detail::RenewItem stale{&k, &owner, 10s, Clock::time_point::max(), &v1};
+  auto renewed = (*backend)->renew_all(std::span(&stale, 1));
+  EXPECT_EQ(renewed[0].kind, detail::RenewOutcome::kRejected);
+  ASSERT_TRUE((*backend)->release_grant(k, owner, v2, deadline()).ok());
+  EXPECT_EQ(server->command({"EXISTS", lock_key("attempts")}), "0");
+}
+
+// A waiter that gives up sends a 1 ms place on its last try; the queue must still live as long as
+// the longest place in it (before, its keys were cut to 2 ms, the queue vanished with every
+// place, the release woke nobody and a newcomer was granted ahead of the first waiter).
+TEST(RedisQueue, AWaiterThatGivesUpLeavesTheOthersPlacesInLine) {
+  auto server = RedisServer::start();
+  Client holder = connect_or_throw(server->uri());
+  Client patient = connect_or_throw(server->uri());
+  Client impatient = connect_or_throw(server->uri());
+  auto held = holder.acquire(key("line"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::optional<Result<Lease>> first;
+  {
+    std::jthread waiter([&] { first = patient.acquire(key("line"), {.ttl = 5s, .wait = 30s}); });
+    const bool queued = eventually([&] {
+      return server->command({"ZCARD", detail::redis::queue_key("line")}) == "1";
+    });
+    EXPECT_TRUE(queued) << "the first waiter never took its place";
+    EXPECT_EQ(impatient.acquire(key("line"), {.ttl = 5s, .wait = 300ms}).code(), Code::kLocked);
+    for (const std::string& k :
+         {detail::redis::queue_key("line"), detail::redis::queue_expiry_key("line"),
+          detail::redis::queue_wake_key("line")}) {
+      EXPECT_GT(std::stoll(server->command({"PTTL", k})), 1000) << k << " was cut short";
+    }
+    EXPECT_EQ(server->command({"ZCARD", detail::redis::queue_key("line")}), "1");
+    EXPECT_TRUE(held->release().ok());
+  }
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(first->ok()) << first->status().to_string();
+}
+
+// Fencing counters carry no TTL but live in the keyspace: an evicting Redis can drop them and
+// tokens repeat (1, 2, ... 14, then 1 again). connect() refuses allkeys-* policies unless the URI
+// accepts the risk; volatile-* and noeviction never evict a key without a TTL.
+TEST(RedisEviction, AnEvictingPolicyIsRefusedAtConnectUnlessTheUriAcceptsIt) {
+  auto server = RedisServer::start();
+  ASSERT_EQ(server->command({"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"}), "OK");
+  auto refused = Client::connect(server->uri());
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("allkeys-lru"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("allow_eviction=true"), std::string::npos);
+  EXPECT_EQ(RedisFence::connect(server->uri()).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Client::connect(server->uri() + "?allow_eviction=true").ok());
+  EXPECT_TRUE(RedisFence::connect(server->uri() + "?allow_eviction=true").ok());
+  EXPECT_EQ(Client::connect(server->uri() + "?allow_eviction=maybe").code(),
+            Code::kInvalidArgument);
+  for (const char* safe : {"volatile-lru", "volatile-ttl", "noeviction"}) {
+    ASSERT_EQ(server->command({"CONFIG", "SET", "maxmemory-policy", safe}), "OK");
+    EXPECT_TRUE(Client::connect(server->uri()).ok()) << safe;
+  }
+  // One evicting instance of a Redlock is enough to refuse.
+  auto cluster = RedisCluster::start(3);
+  ASSERT_EQ((*cluster)[1].command({"CONFIG", "SET", "maxmemory-policy", "allkeys-random"}), "OK");
+  EXPECT_EQ(Client::connect(cluster->redlock_uri()).code(), Code::kInvalidArgument);
+}
+
+TEST(RedisEviction, APolicyThatCannotBeReadIsAWarningNotARefusal) {
+  auto server = RedisServer::start();
+  ASSERT_EQ(
+      server->command({"ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config"}),
+      "OK");
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  set_log_sink(
+      [&](LogLevel, std::string_view text) {
+        std::lock_guard lock(mu);
+        warnings.emplace_back(text);
+      },
+      LogLevel::kWarning);
+  auto client = Client::connect(fmt::format("redis://noconfig:pw@127.0.0.1:{}", server->port()));
+  set_log_sink({});
+  EXPECT_TRUE(client.ok()) << client.status().to_string();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("could not check maxmemory-policy"), std::string::npos) << warnings[0];
+  EXPECT_EQ(warnings[0].find("pw"), std::string::npos) << "no credentials in the warning";
 }
 
 // Round 2's write-back compares tokens by the same rule as the fences (tokens.lua): exactly over

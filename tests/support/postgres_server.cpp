@@ -457,6 +457,15 @@ void PostgresServer::stop() {
   }
 }
 
+void PostgresServer::crash() {
+  if (!alive()) return;
+  process_->signal(SIGQUIT);  // immediate shutdown: no checkpoint, WAL recovery on the next start
+  if (!process_->wait_for(kStopTimeout)) {
+    process_->signal_group(SIGKILL);
+    process_->wait();
+  }
+}
+
 void PostgresServer::start_again() {
   if (alive()) throw std::logic_error("PostgresServer::start_again: the server is running");
   launch();
@@ -474,8 +483,6 @@ std::string PostgresServer::log_since_launch() const {
   return read_file_from(log_path(), log_offset_);
 }
 
-std::string PostgresServer::log_tail(int lines) const {
-  return file_tail(log_path(), lines);
-}
+std::string PostgresServer::log_tail(int lines) const { return file_tail(log_path(), lines); }
 
 }  // namespace fencelock::testing

@@ -94,6 +94,10 @@ class PostgresServer {
   // (SIGKILL after 30 s). The port number is kept for start_again() but not held open. No-op if
   // not running.
   void stop();
+  // Immediate shutdown (SIGQUIT: backends are killed, no checkpoint), as a crash: the next
+  // start_again() recovers from the WAL, and commits whose WAL was not flushed are lost. No-op if
+  // not running.
+  void crash();
   // Starts the same cluster (data kept) on the same port and waits until the test role can log in
   // over TCP (at most 30 s). Throws std::logic_error if running, std::runtime_error like start()
   // (also when another process took the port in between).

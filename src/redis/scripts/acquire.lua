@@ -6,7 +6,9 @@
 -- ARGV[4] how long to keep a place in the queue in ms (0: do not queue, e.g. try-once),
 -- ARGV[5] ticket: the waiter's place (the same on every instance, so every instance agrees on
 --         who is first; ties are broken by owner id, as zsets order equal scores),
--- ARGV[6] the waiter Client's wake channel
+-- ARGV[6] the waiter Client's wake channel,
+-- ARGV[7] the lock value: fresh for every attempt (the owner id names the waiter, not the grant),
+--         so that a late release or renewal of an earlier attempt can never touch this grant
 -- Returns {1, counter} when granted (the counter only grows), {0, retry_ms} when not: the
 -- holder's PTTL, or, when the lock is free but reserved for an earlier waiter, how long that
 -- waiter's place lasts.
@@ -20,7 +22,7 @@ for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
   redis.call('HDEL', KEYS[6], stale)
 end
 local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
-if (head == nil or head == owner) and redis.call('SET', KEYS[1], owner, 'NX', 'PX', ARGV[2]) then
+if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[2]) then
   if head ~= nil then
     redis.call('ZREM', KEYS[4], owner)
     redis.call('ZREM', KEYS[5], owner)
@@ -35,8 +37,13 @@ if queue_ms > 0 then
   redis.call('ZADD', KEYS[4], ARGV[5], owner)
   redis.call('ZADD', KEYS[5], now + queue_ms, owner)
   redis.call('HSET', KEYS[6], owner, ARGV[6])
+  -- The queue lives as long as its longest place: only ever extend its expiry (a waiter that
+  -- gives up sends a short queue_ms and must not take everyone's place with it).
   for i = 4, 6 do
-    redis.call('PEXPIRE', KEYS[i], queue_ms * 2)
+    -- PTTL is -1 for a key the ZADD/HSET above just created (no expiry yet).
+    if redis.call('PTTL', KEYS[i]) < queue_ms * 2 then
+      redis.call('PEXPIRE', KEYS[i], queue_ms * 2)
+    end
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])

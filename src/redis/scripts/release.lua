@@ -1,17 +1,20 @@
 -- Compare-and-delete, optionally leave the wait queue, then wake the first waiter in line.
 -- KEYS[1] lock key, KEYS[2] holder info, KEYS[3] queue, KEYS[4] queue expiry,
 -- KEYS[5] queue wake channels
--- ARGV[1] owner id, ARGV[2] '1' to leave the wait queue too ('0' keeps the place: a Redlock
--- attempt that failed its majority keeps waiting in line)
+-- ARGV[1] owner id (the waiter's place in the queue), ARGV[2] '1' to leave the wait queue too
+-- ('0' keeps the place: a Redlock attempt that failed its majority keeps waiting in line),
+-- ARGV[3] the lock value of the grant or attempt to release ('' when there is none: an
+-- acquisition that gives up only leaves the queue). Values are fresh per attempt, so a late
+-- release of an earlier attempt never deletes a later grant.
 -- Publishes the first waiter's owner id on that waiter's own wake channel: one release wakes
 -- exactly one waiter.
--- Returns 1 when this owner's lock was deleted, 0 when it was not ours (or already gone).
+-- Returns 1 when the lock was deleted, 0 when it was not this value's (or already gone).
 if ARGV[2] == '1' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1], KEYS[2])
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if head then

@@ -1,12 +1,12 @@
 -- Batched renewal: every lease this client holds on this instance, in one call.
 -- KEYS: lock key and holder-info key of lease 1, then of lease 2, ...
--- ARGV: owner id and ttl in ms of lease 1, then of lease 2, ...
+-- ARGV: lock value (the attempt that was granted) and ttl in ms of lease 1, then of lease 2, ...
 -- Returns one integer per lease: 1 extended, 0 no longer ours (expired or taken over).
 local result = {}
 for i = 1, #KEYS, 2 do
-  local owner = ARGV[i]
+  local value = ARGV[i]
   local ttl = ARGV[i + 1]
-  if redis.call('GET', KEYS[i]) == owner then
+  if redis.call('GET', KEYS[i]) == value then
     redis.call('PEXPIRE', KEYS[i], ttl)
     redis.call('PEXPIRE', KEYS[i + 1], ttl)
     result[#result + 1] = 1
