@@ -244,6 +244,30 @@ class PgConn {
   PGconn* conn_;
 };
 
+// In a thread: `begin` (BEGIN ...), check(resource, token), ROLLBACK on `conn`; the check's
+// outcome lands in `outcome` once the returned thread is joined.
+std::jthread check_in_thread(PgConn& conn, std::string begin, std::string resource,
+                             FencingToken token, std::optional<Status>& outcome) {
+  return std::jthread(
+      [&conn, &outcome, begin = std::move(begin), resource = std::move(resource), token] {
+        PGresult* r = PQexec(conn.get(), begin.c_str());
+        PQclear(r);
+        outcome = PostgresFence::check(conn.get(), resource, token);
+        r = PQexec(conn.get(), "ROLLBACK");
+        PQclear(r);
+      });
+}
+
+// True once a session of `server` waits for a lock (the fence row), within about 5 s.
+bool a_session_waits_for_a_lock(PostgresServer& server) {
+  return eventually(
+      [&] {
+        return server.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") ==
+               "1";
+      },
+      5s, 10ms);
+}
+
 TEST(PostgresFence, AStaleTokenAbortsTheTransactionAndANewerOneCommitsWithItsWrite) {
   auto server = PostgresServer::start();
   PgConn a(server->uri()), b(server->uri());
@@ -258,24 +282,11 @@ TEST(PostgresFence, AStaleTokenAbortsTheTransactionAndANewerOneCommitsWithItsWri
   a.exec("UPDATE accounts SET balance = 150 WHERE id = 1");
   // A concurrent older holder waits for the fence row, then is refused once 7 commits.
   std::optional<Status> older;
-  std::thread waiter([&] {
-    PGresult* r = PQexec(b.get(), "BEGIN");
-    PQclear(r);
-    older = PostgresFence::check(b.get(), "accounts/1", T(6));
-    r = PQexec(b.get(), "ROLLBACK");
-    PQclear(r);
-  });
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 500; ++i) {
-      if (server->sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") ==
-          "1")
-        return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }()) << "the older holder did not wait for the fence row";
-  a.exec("COMMIT");
-  waiter.join();
+  {
+    std::jthread waiter = check_in_thread(b, "BEGIN", "accounts/1", T(6), older);
+    EXPECT_TRUE(a_session_waits_for_a_lock(*server)) << "the older holder did not wait";
+    a.exec("COMMIT");
+  }
   ASSERT_TRUE(older.has_value());
   EXPECT_EQ(older->code(), Code::kFenced) << older->to_string();
   EXPECT_EQ(older->message(), "rejected: stale token 6 < 7");
@@ -326,25 +337,12 @@ TEST(PostgresFence, ASerializationFailureUnderRepeatableReadIsAbortedAndTheRetry
   a.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
   ASSERT_TRUE(PostgresFence::check(a.get(), "res", T(5)).ok());
   std::optional<Status> newer;
-  std::thread waiter([&] {
-    PGresult* r = PQexec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ");
-    PQclear(r);
-    newer = PostgresFence::check(b.get(), "res", T(6));
-    r = PQexec(b.get(), "ROLLBACK");
-    PQclear(r);
-  });
-  const bool waited = [&] {
-    for (int i = 0; i < 500; ++i) {
-      if (server->sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") ==
-          "1")
-        return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }();
-  a.exec("COMMIT");
-  waiter.join();
-  ASSERT_TRUE(waited) << "the newer holder did not wait for the fence row";
+  {
+    std::jthread waiter =
+        check_in_thread(b, "BEGIN ISOLATION LEVEL REPEATABLE READ", "res", T(6), newer);
+    EXPECT_TRUE(a_session_waits_for_a_lock(*server)) << "the newer holder did not wait";
+    a.exec("COMMIT");
+  }
   ASSERT_TRUE(newer.has_value());
   EXPECT_EQ(newer->code(), Code::kAborted) << newer->to_string();
   EXPECT_NE(newer->message().find("40001"), std::string::npos) << newer->message();

@@ -5,14 +5,7 @@
 -- Returns {1, value} (value nil when the key is missing) when admitted, {0, highest} when the
 -- token is stale. A malformed token or fence record is a script error: nothing changes.
 --@include tokens.lua
--- fencelock's own keys (fence records, lock keys and counters) are never data: writing one would
--- reset a fence or a lock's counter.
-if string.sub(KEYS[1], 1, 10) == 'fencelock:' then
-  error('fencelock: the data key ' .. string.sub(KEYS[1], 1, 60) .. ' is in fencelock\'s own '
-    .. 'namespace (fencelock:); choose another name')
-end
-local token = fencelock_check_token(ARGV[1], 'the presented token')
-local highest = fencelock_check_token(redis.call('GET', KEYS[2]) or '0', 'the fence record ' .. KEYS[2])
+local token, highest = fencelock_fence_start(KEYS, ARGV)
 if fencelock_token_less(token, highest) then
   return {0, highest}
 end

@@ -4,14 +4,7 @@
 -- Returns {1, token} when written, {0, highest} when the token is stale. A token or a fence
 -- record that is not a canonical decimal token is a script error: nothing is written.
 --@include tokens.lua
--- fencelock's own keys (fence records, lock keys and counters) are never data: writing one would
--- reset a fence or a lock's counter.
-if string.sub(KEYS[1], 1, 10) == 'fencelock:' then
-  error('fencelock: the data key ' .. string.sub(KEYS[1], 1, 60) .. ' is in fencelock\'s own '
-    .. 'namespace (fencelock:); choose another name')
-end
-local token = fencelock_check_token(ARGV[1], 'the presented token')
-local highest = fencelock_check_token(redis.call('GET', KEYS[2]) or '0', 'the fence record ' .. KEYS[2])
+local token, highest = fencelock_fence_start(KEYS, ARGV)
 if fencelock_token_less(token, highest) then
   return {0, highest}
 end
