@@ -196,13 +196,19 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   std::vector<ContextPtr> contexts(calls.size());
   // When each instance last made progress: reading began, or a reply came.
   std::vector<Clock::time_point> progress(calls.size());
-  // 1. Write every command to every instance before reading anything.
+  // 1. Write every command to every instance before reading anything. Connects happen here, one
+  // instance after the other: a connect to a stopped server must not hold up the others, so it
+  // gets no longer than the majority's grace (when there is one) or the stall bound.
   for (std::size_t i = 0; i < calls.size(); ++i) {
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
-    auto checked_out = call.instance->checkout(
-        stalls ? std::min(deadline, Clock::now() + limits.stall) : deadline);
+    Clock::time_point connect_by =
+        stalls ? std::min(deadline, Clock::now() + limits.stall) : deadline;
+    if (limits.enough > 0 && limits.enough < calls.size()) {
+      connect_by = std::min(connect_by, std::max(limits.enough_by, Clock::now() + milliseconds(1)));
+    }
+    auto checked_out = call.instance->checkout(connect_by);
     if (!checked_out.ok()) {
       call.error = checked_out.status();
       continue;

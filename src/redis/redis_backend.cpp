@@ -82,7 +82,11 @@ class RedlockBackend final : public Backend {
   TryResult try_acquire(const GrantRequest& req) override {
     const Clock::time_point sent = Clock::now();
     const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
-    const Clock::time_point io_deadline = std::min(sent + options_.io_timeout, validity);
+    // A slow or silent instance must not eat the lease: an acquisition waits at most ttl/10
+    // (io_timeout if shorter) for any instance, and once a majority has answered the rest get
+    // only a short grace.
+    const Clock::time_point io_deadline = std::min(
+        sent + std::min(options_.io_timeout, std::max(req.ttl / 10, milliseconds(10))), validity);
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
     // A fresh lock value for every attempt (the Redlock rule): the owner id names the waiter,
@@ -96,7 +100,7 @@ class RedlockBackend final : public Backend {
                                std::to_string(req.queue_for.count()), std::to_string(req.ticket),
                                hub_.wake_channel(), value});
     auto calls = calls_to_all(&cmd);
-    fan_out(calls, io_deadline);
+    fan_out(calls, io_deadline, majority_then_grace(sent, req.ttl));
     Round1 r1 = tally_round1(calls);
 
     Status failure;
@@ -157,14 +161,16 @@ class RedlockBackend final : public Backend {
     // A round of many batches is a long pipeline. An instance that keeps answering may take
     // until the first lease of the round would be declared lost (io_timeout at least); one
     // that is silent for io_timeout fails (as a single call would); once a majority has
-    // answered everything, the others have until io_timeout after the start. Replies that
-    // came before a failure count.
+    // answered everything, the others have until io_timeout, or a quarter of the shortest TTL
+    // if that is sooner, after the start (a silent minority must not hold the round open past
+    // the leases' validity). Replies that came before a failure count.
     fan_out(calls,
             std::min(std::max(renew_by, sent + options_.io_timeout),
                      sent + shortest - drift_allowance(shortest, options_.drift_factor)),
-            PipelineLimits{.stall = options_.io_timeout,
-                           .enough = static_cast<std::size_t>(quorum(n())),
-                           .enough_by = sent + options_.io_timeout});
+            PipelineLimits{
+                .stall = options_.io_timeout,
+                .enough = static_cast<std::size_t>(quorum(n())),
+                .enough_by = sent + std::min<Clock::duration>(options_.io_timeout, shortest / 4)});
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       for (std::size_t c = 0; c < call.replies.size(); ++c) {
@@ -204,6 +210,14 @@ class RedlockBackend final : public Backend {
     return release_keys(key, owner, value, deadline, /*leave_queue=*/true);
   }
 
+  // Once a majority of the instances answered, the others have until `start` plus a short grace
+  // (ttl/20 within [5 ms, 100 ms]): a silent minority cannot hold a round open.
+  PipelineLimits majority_then_grace(Clock::time_point start, milliseconds ttl) const {
+    return PipelineLimits{
+        .enough = static_cast<std::size_t>(quorum(n())),
+        .enough_by = start + std::clamp(ttl / 20, milliseconds(5), milliseconds(100))};
+  }
+
   // The lock value of one attempt: the owner id, then 64 random bits.
   static std::string attempt_value(const OwnerId& owner) {
     return owner.hex() + OwnerId::random().hex().substr(0, 16);
@@ -217,7 +231,7 @@ class RedlockBackend final : public Backend {
                 {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
                 {owner.hex(), leave_queue ? "1" : "0", value});
     auto calls = calls_to_all(&cmd);
-    fan_out(calls, deadline);
+    fan_out(calls, deadline, majority_then_grace(Clock::now(), milliseconds(1000)));
     int answered = 0;
     std::string problems;
     for (auto& call : calls) {
@@ -324,7 +338,12 @@ class RedlockBackend final : public Backend {
       call.instance = instances_[static_cast<std::size_t>(r1.granted[i])].get();
       call.commands.push_back(&cmd);
     }
-    if (!calls.empty()) fan_out(calls, validity);
+    if (!calls.empty()) {
+      const int needed = quorum(n()) - confirmed;
+      PipelineLimits limits = majority_then_grace(Clock::now(), req.ttl);
+      limits.enough = static_cast<std::size_t>(std::max(needed, 0));
+      fan_out(calls, validity, limits);
+    }
     for (auto& call : calls) {
       if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER &&
           call.replies[0]->integer == 1) {

@@ -442,6 +442,35 @@ TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) 
 
 // The same through the renewer: leases renewed one script call each (renew_batch=1) stay held
 // while one instance of three is paused for two TTLs.
+// A silent minority never eats the lease, with the default io_timeout (1 s): with one of three
+// instances stopped, 1 s acquisitions succeed with most of their validity left, and 1.2 s leases
+// stay held. Before, round 1 waited for the stopped instance until the validity ran out (half of
+// the acquisitions failed) and every renewal round until io_timeout (the 1.2 s leases were lost).
+TEST_F(RedlockFaults, ASilentMinorityNeverEatsTheLeaseWithDefaultTimeouts) {
+  Client client = connect_or_throw(cluster_->redlock_uri());
+  (*cluster_)[2].pause();
+  for (int i = 0; i < 5; ++i) {
+    auto lease = client.acquire(key(fmt::format("silent/{}", i)), {.ttl = 1s});
+    EXPECT_TRUE(lease.ok()) << i << ": " << lease.status().to_string();
+    if (lease.ok()) {
+      EXPECT_GT(lease->valid_until() - Clock::now(), 500ms) << i << ": the acquisition ate it";
+    }
+  }
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto lease = client.acquire(key(fmt::format("silent-held/{}", i)), {.ttl = 1200ms});
+    EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+    if (lease.ok()) held.push_back(std::move(*lease));
+  }
+  const auto before = client.metrics().renewals;
+  // Three TTLs of renewals (one every TTL/3 per lease).
+  const bool renewed = eventually([&] { return client.metrics().renewals >= before + 27; }, 20s);
+  (*cluster_)[2].resume();
+  EXPECT_TRUE(renewed) << "renewals stopped while one instance of three was stopped";
+  EXPECT_EQ(client.metrics().losses, 0u);
+  for (const auto& lease : held) EXPECT_FALSE(lease.is_lost());
+}
+
 TEST_F(RedlockFaults, LeasesStayHeldWhileOneInstanceIsPausedForTwoTtls) {
   Client client =
       connect_or_throw(cluster_->redlock_uri() + "?renew_batch=1", {.io_timeout = 300ms});
