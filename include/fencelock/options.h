@@ -37,10 +37,10 @@ struct ClientOptions {
   // Time allowed to open one server connection. Default 1 s.
   milliseconds connect_timeout{1'000};
   // Time allowed for one request to one server. Default 1 s. Acquisition additionally caps it at
-  // ttl/10 (at least 10 ms) so that a slow instance cannot eat the lease's validity; on Redlock,
-  // once a majority of instances has answered a call, the others get only a short grace
-  // (ttl/20 within [5 ms, 100 ms] for acquisitions and releases, a quarter of the shortest TTL
-  // for a renewal round).
+  // ttl/10 (at least 50 ms) so that a slow instance cannot eat the lease's validity; on Redlock,
+  // once a majority of instances has answered a call, the others get only a short grace from
+  // then (ttl/20 within [5 ms, 100 ms] for acquisitions, 100 ms for releases, a quarter of the
+  // shortest TTL for a renewal round; at least as long as the majority took).
   milliseconds io_timeout{1'000};
   // Clock-drift allowance, as a fraction of the TTL, subtracted from every validity (Redlock
   // spec). It bounds the *relative* drift: how much faster a server's clock may run than the

@@ -148,8 +148,10 @@ class Backend {
   // Renews every item, batched per server. Returns one outcome per item, in order.
   virtual std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) = 0;
 
-  // Compare-owner-and-delete, give up any place in the wait queue, then wake waiters. OK when the
-  // key is gone or owned by another. Also how an acquisition that gives up leaves nothing behind.
+  // Gives up any place in the wait queue and releases what `owner` holds (compare owner and
+  // delete; on Redis, whose lock values are fresh per attempt, a give-up holds nothing and only
+  // leaves the queue), then wakes waiters. OK when the key is gone or owned by another. Also how
+  // an acquisition that gives up leaves nothing behind.
   virtual Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) = 0;
   // Releases the grant a lease holds (`backend_key` is its Grant::backend_key). A backend whose
   // lock value is fresh per attempt (Redis) deletes only that grant; others release by owner.

@@ -74,14 +74,17 @@ Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point d
   PQsetnonblocking(c.get(), 1);
   // A token is handed out only once the commit that drew it is durable: with the server's
   // synchronous_commit = off, a crash loses recent commits and a sequence goes back (tokens would
-  // repeat). Raise it to `on` for this session when it is off; a stronger setting (remote_write,
-  // remote_apply, local) is kept.
+  // repeat); with `local`, a failover to a synchronous standby may lack them. Raise either to
+  // `on` for this session; remote_write and remote_apply are kept.
   bool broken = false;
   auto durable = execute(c.get(),
                          "SELECT set_config('synchronous_commit', 'on', false) "
-                         "WHERE current_setting('synchronous_commit') = 'off'",
+                         "WHERE current_setting('synchronous_commit') IN ('off', 'local')",
                          {}, deadline, broken);
-  if (!durable.ok()) return durable.status();
+  if (!durable.ok()) {
+    return Status(durable.code(), "setting synchronous_commit = on for durable tokens: " +
+                                      durable.status().message());
+  }
   return c;
 }
 

@@ -176,6 +176,39 @@ Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
   return opened;
 }
 
+std::optional<ContextPtr> Instance::checkout_idle() {
+  std::lock_guard lock(mu_);
+  if (idle_.empty()) return std::nullopt;
+  ContextPtr c = std::move(idle_.back());
+  idle_.pop_back();
+  return c;
+}
+
+void Instance::connect_in_background() {
+  std::lock_guard lock(mu_);
+  if (connecting_ || Clock::now() < down_until_) return;
+  connecting_ = true;
+  if (connector_.joinable()) connector_.join();  // the previous one has finished
+  connector_ = std::jthread([this] {
+    auto opened = open_context(spec_, Clock::now() + spec_.connect_timeout);
+    std::lock_guard done(mu_);
+    connecting_ = false;
+    if (opened.ok()) {
+      backoff_ = milliseconds(0);
+      down_until_ = {};
+      reconnects_.connected();
+      idle_.push_back(std::move(*opened));
+      return;
+    }
+    if (opened.code() == Code::kUnavailable || opened.code() == Code::kDeadlineExceeded) {
+      reconnects_.failed();
+      backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
+      down_until_ = Clock::now() + backoff_;
+      last_error_ = opened.status();
+    }
+  });
+}
+
 void Instance::checkin(ContextPtr context) {
   constexpr std::size_t kMaxIdle = 32;
   std::lock_guard lock(mu_);
@@ -196,19 +229,31 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   std::vector<ContextPtr> contexts(calls.size());
   // When each instance last made progress: reading began, or a reply came.
   std::vector<Clock::time_point> progress(calls.size());
-  // 1. Write every command to every instance before reading anything. Connects happen here, one
-  // instance after the other: a connect to a stopped server must not hold up the others, so it
-  // gets no longer than the majority's grace (when there is one) or the stall bound.
+  // 1. Write every command to every instance before reading anything. An instance without an
+  // idle connection is connected in the background when the others are enough without it (a
+  // connect to a stopped server must not hold up the round), else here, one after the other.
+  std::vector<std::optional<ContextPtr>> idle(calls.size());
+  std::size_t have_idle = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    idle[i] = calls[i].instance->checkout_idle();
+    if (idle[i]) have_idle++;
+  }
+  const bool connect_later =
+      limits.enough > 0 && limits.enough < calls.size() && have_idle >= limits.enough;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
-    Clock::time_point connect_by =
-        stalls ? std::min(deadline, Clock::now() + limits.stall) : deadline;
-    if (limits.enough > 0 && limits.enough < calls.size()) {
-      connect_by = std::min(connect_by, std::max(limits.enough_by, Clock::now() + milliseconds(1)));
+    if (!idle[i] && connect_later) {
+      call.instance->connect_in_background();
+      call.error = Status(Code::kUnavailable,
+                          fmt::format("Redis at {}: reconnecting", call.instance->address()));
+      continue;
     }
-    auto checked_out = call.instance->checkout(connect_by);
+    auto checked_out =
+        idle[i] ? Result<ContextPtr>(std::move(*idle[i]))
+                : call.instance->checkout(stalls ? std::min(deadline, Clock::now() + limits.stall)
+                                                 : deadline);
     if (!checked_out.ok()) {
       call.error = checked_out.status();
       continue;
@@ -230,7 +275,8 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   }
   // Stall clocks start together, once every instance has its commands (writes and connects to
   // the others took their time).
-  std::fill(progress.begin(), progress.end(), Clock::now());
+  const Clock::time_point started = Clock::now();
+  std::fill(progress.begin(), progress.end(), started);
   auto answered = [&](std::size_t i) {
     return calls[i].error.ok() && calls[i].replies.size() == calls[i].commands.size();
   };
@@ -241,9 +287,19 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     for (std::size_t i = 0; i < calls.size(); ++i) complete += answered(i) ? 1 : 0;
     return complete >= limits.enough;
   };
-  auto deadline_of = [&](std::size_t i, bool majority_done) {
+  // When limits.enough instances had first answered everything.
+  std::optional<Clock::time_point> enough_at;
+  auto note_enough = [&] {
+    if (!enough_at && enough_answered()) enough_at = Clock::now();
+  };
+  auto deadline_of = [&](std::size_t i) {
     Clock::time_point due = stalls ? std::min(deadline, progress[i] + limits.stall) : deadline;
-    return majority_done ? std::min(due, limits.enough_by) : due;
+    if (!enough_at) return due;
+    due = std::min(due, limits.enough_by);
+    if (limits.grace != Clock::duration::max()) {
+      due = std::min(due, *enough_at + std::max(limits.grace, *enough_at - started));
+    }
+    return due;
   };
   // 2. Collect replies from whichever instance has data, under one deadline.
   auto drain = [&](std::size_t i) {
@@ -272,8 +328,8 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     }
     if (fds.empty()) break;
     Clock::time_point first_due = Clock::time_point::max();
-    const bool was_enough = enough_answered();
-    for (std::size_t i : owners) first_due = std::min(first_due, deadline_of(i, was_enough));
+    note_enough();
+    for (std::size_t i : owners) first_due = std::min(first_due, deadline_of(i));
     auto left =
         std::max(std::chrono::ceil<milliseconds>(first_due - Clock::now()), milliseconds(0));
     int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
@@ -293,9 +349,9 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
       }
     }
     // Whoever is still due and out of time fails, after what had arrived was read.
-    const bool now_enough = enough_answered();
+    note_enough();
     for (std::size_t i : owners) {
-      if (contexts[i] && !answered(i) && deadline_of(i, now_enough) <= Clock::now()) {
+      if (contexts[i] && !answered(i) && deadline_of(i) <= Clock::now()) {
         fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
                                                             calls[i].instance->address())));
       }

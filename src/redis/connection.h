@@ -15,7 +15,9 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -73,6 +75,12 @@ class Instance {
   // An idle connection, or a new one. While the instance is in reconnect backoff this fails at
   // once with the last error instead of trying again.
   Result<ContextPtr> checkout(Clock::time_point deadline);
+  // An idle connection, if there is one (never connects).
+  std::optional<ContextPtr> checkout_idle();
+  // Opens a connection on a thread of its own (within connect_timeout) and puts it in the pool,
+  // unless one is being opened already or the instance is in reconnect backoff: a fan-out that
+  // has a majority without this instance does not wait for its connect.
+  void connect_in_background();
   // Returns a healthy connection to the pool.
   void checkin(ContextPtr context);
   // Records that a connection broke: the next checkout reconnects, with backoff if it fails.
@@ -92,6 +100,9 @@ class Instance {
   Clock::time_point down_until_{};  // GUARDED_BY(mu_)
   milliseconds backoff_{0};         // GUARDED_BY(mu_)
   Status last_error_;               // GUARDED_BY(mu_)
+  bool connecting_ = false;         // GUARDED_BY(mu_): a background connect is running
+  // Last member: destroyed (joined) first, while everything it uses still exists.
+  std::jthread connector_;  // GUARDED_BY(mu_)
 };
 
 // One instance's part of a fan-out: commands to send (pipelined) and, after fan_out(), either
@@ -104,15 +115,20 @@ struct InstanceCall {
   Status error;  // not OK when the instance could not answer every command in time
 };
 
-// Bounds for a long pipeline (a renewal round), besides fan_out's deadline.
+// Bounds for a fan-out, besides its deadline.
 struct PipelineLimits {
   // An instance that sends no reply for this long fails, as does a connect that takes longer
   // (zero: only the deadline). A busy server that keeps answering runs on until the deadline.
   Clock::duration stall = Clock::duration::zero();
   // Once `enough` instances (a majority) have answered every command, the others fail at
-  // `enough_by` (or at once if it has passed): one slow instance cannot hold the round open.
+  // `enough_by` (or at once if it has passed), and at most `grace` after that moment, or as long
+  // again as the majority took if that is longer (a slow network slows everyone alike): one
+  // slow instance cannot hold the round open. With enough < the number of calls, an instance
+  // without an idle connection is connected in the background (and fails this call) when the
+  // others are enough without it.
   std::size_t enough = 0;
   Clock::time_point enough_by = Clock::time_point::max();
+  Clock::duration grace = Clock::duration::max();
 };
 
 // Sends every call's commands to its instance, then waits for all replies until `deadline`

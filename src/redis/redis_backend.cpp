@@ -85,8 +85,7 @@ class RedlockBackend final : public Backend {
     // A slow or silent instance must not eat the lease: an acquisition waits at most ttl/10
     // (io_timeout if shorter) for any instance, and once a majority has answered the rest get
     // only a short grace.
-    const Clock::time_point io_deadline = std::min(
-        sent + std::min(options_.io_timeout, std::max(req.ttl / 10, milliseconds(10))), validity);
+    const Clock::time_point io_deadline = std::min(sent + acquire_io_cap(req.ttl), validity);
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
     // A fresh lock value for every attempt (the Redlock rule): the owner id names the waiter,
@@ -100,7 +99,7 @@ class RedlockBackend final : public Backend {
                                std::to_string(req.queue_for.count()), std::to_string(req.ticket),
                                hub_.wake_channel(), value});
     auto calls = calls_to_all(&cmd);
-    fan_out(calls, io_deadline, majority_then_grace(sent, req.ttl));
+    fan_out(calls, io_deadline, majority_then_grace(req.ttl));
     Round1 r1 = tally_round1(calls);
 
     Status failure;
@@ -167,10 +166,10 @@ class RedlockBackend final : public Backend {
     fan_out(calls,
             std::min(std::max(renew_by, sent + options_.io_timeout),
                      sent + shortest - drift_allowance(shortest, options_.drift_factor)),
-            PipelineLimits{
-                .stall = options_.io_timeout,
-                .enough = static_cast<std::size_t>(quorum(n())),
-                .enough_by = sent + std::min<Clock::duration>(options_.io_timeout, shortest / 4)});
+            PipelineLimits{.stall = options_.io_timeout,
+                           .enough = static_cast<std::size_t>(quorum(n())),
+                           .enough_by = sent + options_.io_timeout,
+                           .grace = shortest / 4});
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       for (std::size_t c = 0; c < call.replies.size(); ++c) {
@@ -210,12 +209,17 @@ class RedlockBackend final : public Backend {
     return release_keys(key, owner, value, deadline, /*leave_queue=*/true);
   }
 
-  // Once a majority of the instances answered, the others have until `start` plus a short grace
-  // (ttl/20 within [5 ms, 100 ms]): a silent minority cannot hold a round open.
-  PipelineLimits majority_then_grace(Clock::time_point start, milliseconds ttl) const {
-    return PipelineLimits{
-        .enough = static_cast<std::size_t>(quorum(n())),
-        .enough_by = start + std::clamp(ttl / 20, milliseconds(5), milliseconds(100))};
+  // Once a majority of the instances answered, the others get a short grace (ttl/20 within
+  // [5 ms, 100 ms], or as long again as the majority took): a silent minority cannot hold a
+  // round open.
+  PipelineLimits majority_then_grace(milliseconds ttl) const {
+    return PipelineLimits{.enough = static_cast<std::size_t>(quorum(n())),
+                          .grace = std::clamp(ttl / 20, milliseconds(5), milliseconds(100))};
+  }
+
+  // How long an acquisition waits for any instance: ttl/10, at least 50 ms, at most io_timeout.
+  milliseconds acquire_io_cap(milliseconds ttl) const {
+    return std::min(options_.io_timeout, std::max(ttl / 10, milliseconds(50)));
   }
 
   // The lock value of one attempt: the owner id, then 64 random bits.
@@ -231,7 +235,7 @@ class RedlockBackend final : public Backend {
                 {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
                 {owner.hex(), leave_queue ? "1" : "0", value});
     auto calls = calls_to_all(&cmd);
-    fan_out(calls, deadline, majority_then_grace(Clock::now(), milliseconds(1000)));
+    fan_out(calls, deadline, majority_then_grace(milliseconds(2000)));
     int answered = 0;
     std::string problems;
     for (auto& call : calls) {
@@ -338,11 +342,14 @@ class RedlockBackend final : public Backend {
       call.instance = instances_[static_cast<std::size_t>(r1.granted[i])].get();
       call.commands.push_back(&cmd);
     }
+    // Instances already at the token that form a majority are enough: the lagging ones need no
+    // write-back (the argument only needs a majority at >= the token), so nothing is sent.
+    const int needed = quorum(n()) - confirmed;
+    if (needed <= 0) calls.clear();
     if (!calls.empty()) {
-      const int needed = quorum(n()) - confirmed;
-      PipelineLimits limits = majority_then_grace(Clock::now(), req.ttl);
-      limits.enough = static_cast<std::size_t>(std::max(needed, 0));
-      fan_out(calls, validity, limits);
+      PipelineLimits limits = majority_then_grace(req.ttl);
+      limits.enough = static_cast<std::size_t>(needed);
+      fan_out(calls, std::min(validity, Clock::now() + acquire_io_cap(req.ttl)), limits);
     }
     for (auto& call : calls) {
       if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER &&

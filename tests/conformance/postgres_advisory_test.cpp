@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -207,8 +209,6 @@ TEST_F(PostgresAdvisory, AServerRestartLosesHeldLeasesAndTheClientRecovers) {
   })) << next->status().to_string();
 }
 
-// Shared (reader) locks: several holders at once; an exclusive one waits until all are gone.
-// Backends without shared locks refuse the option instead of silently taking an exclusive lock.
 // PostgreSQL can grant a waiting advisory lock at the moment lock_timeout (or a cancel) hits: the
 // statement fails, the session-level lock stays. The waiter's backend is stopped so that the
 // holder's release grants it the lock while its lock_timeout signal is already pending; when it
@@ -222,11 +222,16 @@ TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
   std::optional<Result<Lease>> waited;
   long backend = 0;
   {
-    std::jthread thread([&] { waited = waiter.acquire(key("race"), {.ttl = 10s, .wait = 1s}); });
+    std::jthread thread([&] { waited = waiter.acquire(key("race"), {.ttl = 10s, .wait = 3s}); });
     ASSERT_TRUE(eventually([&] { return sessions_waiting_on("race") == 1; }));
-    backend = std::stol(server_->sql(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted LIMIT 1"));
+    const std::string pid = server_->sql(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted LIMIT 1");
+    ASSERT_FALSE(pid.empty()) << "the waiter stopped waiting before it could be stopped";
+    backend = std::stol(pid);
     ASSERT_EQ(::kill(static_cast<pid_t>(backend), SIGSTOP), 0);
+    // Resumed whatever happens below (a stopped backend would hold up the server's shutdown).
+    const std::unique_ptr<void, std::function<void(void*)>> resume(
+        &backend, [](void* p) { ::kill(static_cast<pid_t>(*static_cast<long*>(p)), SIGCONT); });
     EXPECT_TRUE(held->release().ok());
     // The waiter's lock_timeout (SIGALRM) fires while it is stopped: pending in its signal mask.
     auto alarm_pending = [&] {
@@ -237,7 +242,6 @@ TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
       return false;
     };
     EXPECT_TRUE(eventually(alarm_pending, 10s)) << "the waiter's lock_timeout never fired";
-    ::kill(static_cast<pid_t>(backend), SIGCONT);
   }
   ASSERT_TRUE(waited.has_value());
   if (waited->ok()) {
@@ -248,6 +252,8 @@ TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
   EXPECT_TRUE(after.ok()) << "the key stayed held: " << after.status().to_string();
 }
 
+// Shared (reader) locks: several holders at once; an exclusive one waits until all are gone.
+// Backends without shared locks refuse the option instead of silently taking an exclusive lock.
 TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll) {
   Client a = connect(), b = connect(), c = connect();
   auto first = a.acquire(key("readers"), {.ttl = 5s, .shared = true});

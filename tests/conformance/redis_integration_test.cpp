@@ -440,8 +440,6 @@ TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) 
   EXPECT_LT(took, 20s) << "the paused instance held the round open";
 }
 
-// The same through the renewer: leases renewed one script call each (renew_batch=1) stay held
-// while one instance of three is paused for two TTLs.
 // A silent minority never eats the lease, with the default io_timeout (1 s): with one of three
 // instances stopped, 1 s acquisitions succeed with most of their validity left, and 1.2 s leases
 // stay held. Before, round 1 waited for the stopped instance until the validity ran out (half of
@@ -471,6 +469,8 @@ TEST_F(RedlockFaults, ASilentMinorityNeverEatsTheLeaseWithDefaultTimeouts) {
   for (const auto& lease : held) EXPECT_FALSE(lease.is_lost());
 }
 
+// The same through the renewer: leases renewed one script call each (renew_batch=1) stay held
+// while one instance of three is paused for two TTLs.
 TEST_F(RedlockFaults, LeasesStayHeldWhileOneInstanceIsPausedForTwoTtls) {
   Client client =
       connect_or_throw(cluster_->redlock_uri() + "?renew_batch=1", {.io_timeout = 300ms});
