@@ -261,8 +261,11 @@ TEST_F(RedlockFaults, Round2RaisesTheMajorityCountersSoTokensSurviveAChangeOfMaj
   auto first = client.acquire(key("r2"), {.ttl = 10s});
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->token().value(), 101u);
-  EXPECT_EQ((*cluster_)[1].command({"GET", fence_key("r2")}), "101");
-  EXPECT_EQ((*cluster_)[2].command({"GET", fence_key("r2")}), "101");
+  // Round 2 raised a majority to the token: instance 0 and at least one of the others (the last
+  // one may be cut after the grace once a majority confirmed).
+  const int raised = ((*cluster_)[1].command({"GET", fence_key("r2")}) == "101" ? 1 : 0) +
+                     ((*cluster_)[2].command({"GET", fence_key("r2")}) == "101" ? 1 : 0);
+  EXPECT_GE(raised, 1);
   ASSERT_TRUE(first->release().ok());
   (*cluster_)[0].kill();
   auto second = client.acquire(key("r2"), {.ttl = 10s});
