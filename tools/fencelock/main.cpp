@@ -67,7 +67,10 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
       "SIGTERM, then SIGKILL after --kill-grace but never after the lease's validity ends, and\n"
       "fencelock exits 73. --grace-outlives-lease lets the grace run past the validity: only for\n"
       "a CMD whose writes are fenced with FENCELOCK_TOKEN. SIGINT, SIGTERM, SIGHUP, SIGQUIT,\n"
-      "SIGUSR1 and SIGUSR2 are forwarded to CMD.\n\n"
+      "SIGUSR1 and SIGUSR2 are forwarded to CMD's process group. Every process CMD starts is\n"
+      "ended with it: the lock is released only when the last one has exited. If fencelock\n"
+      "itself is killed, CMD's process group is killed at once; --pid-namespace also catches\n"
+      "processes that left the group (setsid).\n\n"
       "Example:\n  fencelock run --ttl 30s --wait 1m reports/nightly -- ./make-report.sh\n\n" +
       std::string(kSeeAlso));
   add_backend_options(run, args.backend, args.json);
@@ -85,6 +88,9 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
       ->capture_default_str();
   run->add_flag("--grace-outlives-lease", args.grace_outlives_lease,
                 "Let --kill-grace run past the lease's validity (only with fenced writes)");
+  run->add_flag("--pid-namespace", args.pid_namespace,
+                "Run CMD as init of a new PID namespace (via unshare): no process of CMD, setsid "
+                "or not, outlives fencelock");
   run->add_option("--metrics", args.metrics_file,
                   "When run exits, write the client's metrics to FILE (Prometheus text format)")
       ->type_name("FILE");

@@ -1,7 +1,9 @@
 #include "run_command.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +26,7 @@
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
+#include "process_tree.h"
 #include "reporter.h"
 #include "signals.h"
 #include "supervisor.h"
@@ -169,6 +172,15 @@ Result<RunSettings> parse_settings(const RunArgs& args) {
   return settings;
 }
 
+// The controlling terminal, if fencelock is in its foreground process group: the command's group
+// gets the foreground while it runs. Invalid otherwise (no terminal, or fencelock in the
+// background), and then the command's group never has the terminal's foreground.
+UniqueFd foreground_terminal() {
+  UniqueFd tty(::open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (tty.valid() && ::tcgetpgrp(tty.get()) != ::getpgrp()) tty.reset();
+  return tty;
+}
+
 std::string not_acquired_message(const Status& status, milliseconds wait) {
   if (wait.count() == 0) {
     return status.to_string() +
@@ -180,7 +192,7 @@ std::string not_acquired_message(const Status& status, milliseconds wait) {
 
 // Runs the command under `lease` until it exits; returns the exit code of fencelock run.
 int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Lease& lease,
-                          const std::string& backend, SignalChannel& signals,
+                          const std::string& backend, SignalChannel& signals, Guardian& guardian,
                           const Reporter& reporter) {
   const std::string& key = settings.key.str();
   const std::string& program = args.command.front();
@@ -207,8 +219,12 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
                          summary);
   }
 
-  Spawned child =
-      spawn_command(args.command, command_environment(lease, backend), signals.original_mask());
+  const UniqueFd terminal = foreground_terminal();
+  const std::vector<std::string> argv =
+      args.pid_namespace ? pid_namespace::wrap(args.command) : args.command;
+  Spawned child = spawn_command(argv, command_environment(lease, backend), signals.original_mask(),
+                                terminal.get());
+  if (child.pid >= 0) guardian.arm(child.pid);
   if (child.pid < 0) {
     Status released = lease.release();
     (void)released;
@@ -234,27 +250,36 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
   hooks.on_lease_lost = [&] {
     reporter.note(fmt::format(
         "lease on '{}' lost (token {}): it could not be renewed and may already belong to "
-        "another holder; sent SIGTERM to {} (pid {}), SIGKILL follows in {}",
+        "another holder; sent SIGTERM to {} (pid {}) and every process it started, SIGKILL "
+        "follows in {}",
         key, lease.token().value(), program, child.pid, kill_follows()));
   };
   hooks.on_lease_at_risk = [&](milliseconds left) {
     reporter.note(fmt::format(
         "lease on '{}' (token {}) has not been renewed and has {} of validity left; sent SIGTERM "
-        "to {} (pid {}), SIGKILL follows in {}",
+        "to {} (pid {}) and every process it started, SIGKILL follows in {}",
         key, lease.token().value(), detail::format_duration(std::max(left, milliseconds(0))),
         program, child.pid, kill_follows()));
   };
   hooks.on_kill = [&](bool at_validity) {
-    reporter.note(at_validity ? fmt::format("{} (pid {}) was still running when the lease's "
-                                            "validity ended; sent SIGKILL",
+    reporter.note(at_validity ? fmt::format("{} (pid {}) or a process it started was still "
+                                            "running when the lease's validity ended; sent "
+                                            "SIGKILL to all of them",
                                             program, child.pid)
-                              : fmt::format("{} (pid {}) did not exit within {} of SIGTERM; sent "
-                                            "SIGKILL",
+                              : fmt::format("{} (pid {}) or a process it started did not exit "
+                                            "within {} of SIGTERM; sent SIGKILL to all of them",
                                             program, child.pid,
                                             detail::format_duration(settings.kill_grace)));
   };
-  ChildExit exit =
-      supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace, deadline, hooks);
+  hooks.on_leftovers = [&](int count) {
+    reporter.note(fmt::format(
+        "{} exited but left {} process{} running; sent SIGTERM (SIGKILL follows in {}); "
+        "'{}' is released when the last one has exited",
+        program, count, count == 1 ? "" : "es", kill_follows(), key));
+  };
+  ChildExit exit = supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace,
+                                     deadline, hooks, terminal.get());
+  guardian.stand_down();
 
   const int command_code = shell_exit_code(exit.wait_status);
   // Lost after the command's last moment but before we saw it exit: it may have run unprotected.
@@ -279,6 +304,7 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     summary["lease_lost"] = lost;
     summary["killed"] = exit.sent_sigkill;
     summary["lease_at_risk"] = exit.lease_at_risk;
+    summary["leftover_processes"] = exit.leftovers;
     std::fputs((json_line(summary) + "\n").c_str(), stderr);
   }
   return code;
@@ -288,7 +314,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
 // command under the lease. Returns the exit code of fencelock run.
 int supervise_or_report(const RunArgs& args, const RunSettings& settings,
                         const BackendChoice& backend, Acquisition& got, SignalChannel& signals,
-                        const Reporter& reporter, const nlohmann::json& fields) {
+                        Guardian& guardian, const Reporter& reporter,
+                        const nlohmann::json& fields) {
   if (got.interrupted_by != 0) {
     if (got.lease && got.lease->ok()) {
       Status released = got.lease->value().release();
@@ -315,7 +342,7 @@ int supervise_or_report(const RunArgs& args, const RunSettings& settings,
                          message, fields);
   }
   return supervise_under_lease(args, settings, got.lease->value(), got.client->value().describe(),
-                               signals, reporter);
+                               signals, guardian, reporter);
 }
 
 }  // namespace
@@ -330,13 +357,32 @@ int run_command(const RunArgs& args) {
   }
   BackendChoice backend = choose_backend(args.backend);
 
-  // Before Client::connect() starts the library's threads (SignalChannel's contract).
+  // Before Client::connect() starts the library's threads (SignalChannel's and Guardian's
+  // contract; the namespace probe forks too).
+  if (args.pid_namespace) {
+    if (std::string refusal = pid_namespace::refusal(); !refusal.empty()) {
+      return reporter.fail(kExitUnavailable, "pid_namespace", refusal + "; nothing was acquired",
+                           fields);
+    }
+  }
   auto signals = SignalChannel::open();
   if (!signals.ok()) {
     return reporter.fail(kExitSoftware, "internal", signals.status().to_string(), fields);
   }
+  Guardian guardian = Guardian::start();
+  if (!guardian.active()) {
+    return reporter.fail(kExitSoftware, "internal",
+                         fmt::format("cannot start the process guardian: {}; nothing was acquired",
+                                     std::strerror(errno)),
+                         fields);
+  }
+  // Orphans of the command's tree are re-parented to fencelock, which ends them.
+  if (std::string failed = become_subreaper(); !failed.empty()) {
+    return reporter.fail(kExitSoftware, "internal", failed + "; nothing was acquired", fields);
+  }
   Acquisition got = connect_and_acquire(backend.uri, settings->key, settings->acquire, *signals);
-  const int code = supervise_or_report(args, *settings, backend, got, *signals, reporter, fields);
+  const int code =
+      supervise_or_report(args, *settings, backend, got, *signals, guardian, reporter, fields);
   // The command has exited and the lease is released (or lost): the metrics count both.
   if (!args.metrics_file.empty() && got.client && got.client->ok()) {
     write_metrics(args.metrics_file, got.client->value(), reporter);

@@ -2,8 +2,10 @@
 //
 // Takes the lock, starts CMD with FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_BACKEND in its
 // environment, lets the library renew the lease while CMD runs, and releases it once CMD has
-// exited. If the lease is lost, CMD gets SIGTERM, then SIGKILL after the kill grace, which ends
-// at the lease's validity unless --grace-outlives-lease (supervisor.h has the rule). With
+// exited and every process it started is gone. If the lease is lost, CMD's processes get SIGTERM,
+// then SIGKILL after the kill grace, which ends at the lease's validity unless
+// --grace-outlives-lease (supervisor.h has the rule; process_tree.h says how the processes are
+// found, and how they die with fencelock). With
 // --metrics FILE, the Client's metrics are written to FILE in Prometheus text format when `run`
 // exits (on every exit after the client connected). See docs/CLI.md.
 #pragma once
@@ -21,6 +23,8 @@ struct RunArgs {
   std::string kill_grace = "5s";
   // The kill grace may run past valid_until() (the command's writes must then be fenced).
   bool grace_outlives_lease = false;
+  // CMD runs as init of a new PID namespace (process_tree.h).
+  bool pid_namespace = false;
   std::string metrics_file;  // --metrics; empty: no metrics are written
   std::string key;
   std::vector<std::string> command;

@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <optional>
 
 #include "exit_codes.h"
+#include "process_tree.h"
 
 namespace fencelock::cli {
 namespace {
@@ -28,7 +31,22 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 // Between fork() and exec() in a multi-threaded process only async-signal-safe calls are allowed:
 // everything the child needs was prepared before fork().
 [[noreturn]] void exec_in_child(char* const* argv, char* const* envp, const sigset_t& mask,
-                                int error_pipe) {
+                                int error_pipe, pid_t parent, int terminal_fd) {
+  // A process group of its own, so that every signal can go to the whole job (the parent sets it
+  // too: whichever runs first). SIGKILL if the forking thread (fencelock's main thread, which
+  // lives as long as fencelock) dies; a parent that died before this line is caught by getppid().
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) _exit(kExitSoftware);
+  if (terminal_fd >= 0) {
+    // The terminal's foreground goes to the command's group; a background group may only take
+    // it with SIGTTOU blocked.
+    sigset_t ttou;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    sigprocmask(SIG_BLOCK, &ttou, nullptr);
+    ::tcsetpgrp(terminal_fd, ::getpid());
+  }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGPIPE, &dfl, nullptr);
@@ -40,12 +58,31 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   _exit(kExitNotFound);
 }
 
-bool terminal_sent(const signalfd_siginfo& info) { return info.ssi_code == SI_KERNEL; }
-
 void drain_eventfd(int fd) {
   std::uint64_t value = 0;
   while (::read(fd, &value, sizeof value) < 0 && errno == EINTR) {
   }
+}
+
+// tcsetpgrp() from a process outside the foreground group, with SIGTTOU blocked (as it must be).
+void give_terminal(int terminal_fd, pid_t pgid) {
+  sigset_t ttou;
+  sigset_t old;
+  sigemptyset(&ttou);
+  sigaddset(&ttou, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &ttou, &old);
+  ::tcsetpgrp(terminal_fd, pgid);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// The command stopped (Ctrl-Z): take the terminal back and stop fencelock too, so that the shell
+// sees its job stopped; once continued, give the terminal back if fencelock is in the foreground
+// again and continue the command's group.
+void stop_with_command(pid_t pgid, int terminal_fd) {
+  give_terminal(terminal_fd, ::getpgrp());
+  ::kill(::getpid(), SIGSTOP);
+  if (::tcgetpgrp(terminal_fd) == ::getpgrp()) give_terminal(terminal_fd, pgid);
+  ::kill(-pgid, SIGCONT);
 }
 
 int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
@@ -57,7 +94,8 @@ int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
 }  // namespace
 
 Spawned spawn_command(const std::vector<std::string>& argv,
-                      const std::vector<std::string>& environment, const sigset_t& child_mask) {
+                      const std::vector<std::string>& environment, const sigset_t& child_mask,
+                      int terminal_fd) {
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(environment);
   int fds[2];
@@ -65,9 +103,14 @@ Spawned spawn_command(const std::vector<std::string>& argv,
   UniqueFd read_end(fds[0]);
   UniqueFd write_end(fds[1]);
 
+  const pid_t parent = ::getpid();
   pid_t pid = fork();
   if (pid < 0) return {-1, errno};
-  if (pid == 0) exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get());
+  if (pid == 0) {
+    exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get(), parent, terminal_fd);
+  }
+  ::setpgid(pid, pid);  // EACCES once the child has exec'd: it did so itself
+  if (terminal_fd >= 0) give_terminal(terminal_fd, pid);
 
   write_end.reset();
   int exec_errno = 0;
@@ -92,16 +135,20 @@ std::chrono::milliseconds kill_margin(std::chrono::milliseconds ttl) {
 
 namespace {
 
-// The termination state of one supervised command.
+// After SIGKILL, how often the tree is looked at again (a process forking as SIGKILL arrived may
+// leave a child that the first round did not see).
+constexpr std::chrono::milliseconds kRekill{20};
+
+// The termination state of one supervised command and the processes it started.
 class Terminator {
  public:
-  Terminator(pid_t pid, std::chrono::milliseconds grace, const LeaseDeadline& lease,
+  Terminator(const ProcessTree& tree, std::chrono::milliseconds grace, const LeaseDeadline& lease,
              const SupervisionHooks& hooks, ChildExit& result)
-      : pid_(pid), grace_(grace), lease_(lease), hooks_(hooks), result_(result) {}
+      : tree_(tree), grace_(grace), lease_(lease), hooks_(hooks), result_(result) {}
 
   // The next moment the loop must wake for, if any.
   std::optional<Clock::time_point> next_wake() const {
-    if (result_.sent_sigkill) return std::nullopt;
+    if (result_.sent_sigkill) return Clock::now() + kRekill;
     if (result_.sent_sigterm) return result_.kill_deadline;
     if (lease_.grace_outlives_lease || !lease_.valid_until) return std::nullopt;
     return lease_.valid_until() - termination_lead(grace_, lease_.ttl);
@@ -115,9 +162,22 @@ class Terminator {
     }
   }
 
+  // The command exited and `count` processes it started still run: they get the same ending as
+  // the command would (SIGTERM, then SIGKILL after the grace or at the lease's validity).
+  void leftovers(int count) {
+    result_.leftovers = std::max(result_.leftovers, count);
+    if (!result_.sent_sigterm) {
+      terminate();
+      if (hooks_.on_leftovers) hooks_.on_leftovers(count);
+    }
+  }
+
   // Called on every wake: the short-lease SIGTERM and the SIGKILL when their time has come.
   void on_time(Clock::time_point now) {
-    if (result_.sent_sigkill) return;
+    if (result_.sent_sigkill) {
+      tree_.signal(SIGKILL);
+      return;
+    }
     if (!result_.sent_sigterm && !lease_.grace_outlives_lease && lease_.valid_until) {
       const Clock::time_point valid_until = lease_.valid_until();
       if (now >= valid_until - termination_lead(grace_, lease_.ttl)) {
@@ -133,11 +193,13 @@ class Terminator {
   }
 
   // poll() failed: do not leave the command running unsupervised.
-  void kill_now() { kill(false); }
+  void kill_now() {
+    if (!result_.sent_sigkill) kill(false);
+  }
 
  private:
   void terminate() {
-    ::kill(pid_, SIGTERM);
+    tree_.signal(SIGTERM);
     result_.sent_sigterm = true;
     const Clock::time_point after_grace = Clock::now() + grace_;
     result_.kill_deadline = after_grace;
@@ -151,12 +213,12 @@ class Terminator {
   }
 
   void kill(bool at_validity) {
-    ::kill(pid_, SIGKILL);
+    tree_.signal(SIGKILL);
     result_.sent_sigkill = true;
     if (hooks_.on_kill) hooks_.on_kill(at_validity);
   }
 
-  pid_t pid_;
+  const ProcessTree& tree_;
   std::chrono::milliseconds grace_;
   const LeaseDeadline& lease_;
   const SupervisionHooks& hooks_;
@@ -168,26 +230,40 @@ class Terminator {
 
 ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
                             std::chrono::milliseconds kill_grace, const LeaseDeadline& lease,
-                            const SupervisionHooks& hooks) {
+                            const SupervisionHooks& hooks, int terminal_fd) {
   ChildExit result;
-  Terminator terminator(pid, kill_grace, lease, hooks, result);
+  const ProcessTree tree(pid);
+  Terminator terminator(tree, kill_grace, lease, hooks, result);
+  bool command_exited = false;
   for (;;) {
     pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost_fd, POLLIN, 0}};
-    // Lease loss is acted on once; after that only the command's exit matters.
+    // Lease loss is acted on once; after that only the tree's exit matters.
     nfds_t count = result.lease_lost ? 1 : 2;
     int ready = ::poll(fds, count, poll_timeout_ms(terminator.next_wake()));
     if (ready < 0 && errno != EINTR) terminator.kill_now();
     if (ready > 0 && (fds[0].revents & POLLIN)) {
+      // The command's group is not the terminal's foreground group unless fencelock handed the
+      // terminal over, and then the terminal's signals reach only the command: whatever arrives
+      // here did not reach the command yet.
       for (const signalfd_siginfo& info : signals.drain()) {
         int signo = static_cast<int>(info.ssi_signo);
-        if (signo != SIGCHLD && !terminal_sent(info)) ::kill(pid, signo);
+        if (signo != SIGCHLD) ::kill(-pid, signo);
       }
     }
     int status = 0;
-    pid_t reaped = waitpid(pid, &status, WNOHANG);
-    if (reaped == pid) {
+    bool stopped = false;
+    const bool root_seen = reap_children(pid, !command_exited && terminal_fd >= 0, status, stopped);
+    if (root_seen && stopped) {
+      stop_with_command(pid, terminal_fd);
+    } else if (root_seen && !command_exited) {
+      command_exited = true;
       result.wait_status = status;
-      return result;
+      if (terminal_fd >= 0) give_terminal(terminal_fd, ::getpgrp());
+    }
+    if (command_exited) {
+      const std::vector<pid_t> left = tree.members();
+      if (left.empty()) return result;
+      terminator.leftovers(static_cast<int>(left.size()));
     }
     if (ready > 0 && count == 2 && (fds[1].revents & POLLIN)) {
       drain_eventfd(lost_fd);

@@ -1,15 +1,21 @@
 // Starting the command of `fencelock run` and watching it until it exits.
 //
-// The command stays in fencelock's process group and session (so it can use the terminal like any
-// foreground program). fencelock forwards the signals in kForwardedSignals to it explicitly, except
-// those the terminal sent (si_code SI_KERNEL): the terminal already delivered them to the whole
-// foreground process group, the command included. Only the command's own pid is signalled; a
-// command that starts children of its own must pass signals on (e.g. `sh -c 'exec prog'`).
+// The command runs in a process group of its own, and every signal fencelock sends goes to all of
+// the command's processes (ProcessTree, process_tree.h): those it forwards (kForwardedSignals) to
+// the group, SIGTERM and SIGKILL to the group and every descendant. When fencelock is in the
+// foreground of its terminal it hands the terminal's foreground to the command's group (so that
+// CMD can read the terminal, and Ctrl-C and Ctrl-Z reach CMD's whole job directly), takes it back
+// when the command exits, and stops itself while the command is stopped, so that the shell's job
+// control works as for any foreground program. When the command exits, processes it left behind
+// get the same ending as a command after a loss (SIGTERM, SIGKILL after the grace or at the
+// lease's validity), and supervise_command() returns only once none is left: the lock is held
+// until the last of them is gone.
 //
 // The loop sleeps in poll() on two descriptors: the signalfd (the command's SIGCHLD and signals to
 // forward) and the lease-lost eventfd. Its only timers follow the lease's deadline: it wakes when
 // the lease would be left with less than the termination lead (see LeaseDeadline), once per
-// renewal at most, and to send SIGKILL.
+// renewal at most, to send SIGKILL, and after SIGKILL every 20 ms until the tree is gone
+// (a process that forked as SIGKILL arrived may have left a child the first round missed).
 //
 // The command never runs past valid_until() unless asked: after a loss, SIGKILL comes at
 // min(SIGTERM + kill_grace, valid_until - a small margin). So that a command that handles SIGTERM
@@ -40,11 +46,14 @@ struct Spawned {
 };
 
 // Runs argv (argv[0] looked up in PATH) with exactly `environment` ("NAME=VALUE" entries), the
-// signal mask `child_mask` and default dispositions for SIGPIPE. Reports a failed exec through a
-// close-on-exec pipe and reaps the child in that case, so the caller sees it as exec_errno.
-// REQUIRES: !argv.empty().
+// signal mask `child_mask` and default dispositions for SIGPIPE, in a new process group (pgid =
+// its pid) that gets the foreground of `terminal_fd` unless that is -1, with PR_SET_PDEATHSIG =
+// SIGKILL (tied to the calling thread: call from a thread that lives as long as the command).
+// Reports a failed exec through a close-on-exec pipe and reaps the child in that case, so the
+// caller sees it as exec_errno. REQUIRES: !argv.empty().
 Spawned spawn_command(const std::vector<std::string>& argv,
-                      const std::vector<std::string>& environment, const sigset_t& child_mask);
+                      const std::vector<std::string>& environment, const sigset_t& child_mask,
+                      int terminal_fd = -1);
 
 struct SupervisionHooks {
   // The lease was lost and SIGTERM was just sent to the command.
@@ -54,6 +63,8 @@ struct SupervisionHooks {
   std::function<void(std::chrono::milliseconds)> on_lease_at_risk;
   // SIGKILL was just sent: the kill grace ran out, or (true) the lease's validity did.
   std::function<void(bool at_validity)> on_kill;
+  // The command exited leaving `count` processes running; SIGTERM was just sent to them.
+  std::function<void(int count)> on_leftovers;
 };
 
 // What the supervisor knows of the lease: its current deadline (renewals move it forward), its
@@ -70,6 +81,7 @@ struct ChildExit {
   bool lease_at_risk = false;  // SIGTERM was sent before lost() because renewals were failing
   bool sent_sigterm = false;
   bool sent_sigkill = false;
+  int leftovers = 0;  // processes still running when the command exited (ended by fencelock)
   // When SIGKILL was scheduled for, and the lease's valid_until() when it was scheduled.
   std::optional<std::chrono::steady_clock::time_point> kill_deadline;
   std::optional<std::chrono::steady_clock::time_point> valid_until_at_kill;
@@ -82,11 +94,13 @@ std::chrono::milliseconds termination_lead(std::chrono::milliseconds kill_grace,
 // ttl / 20 clamped to 1..25 ms.
 std::chrono::milliseconds kill_margin(std::chrono::milliseconds ttl);
 
-// Waits until `pid` exits, forwarding signals from `signals`. Terminates the command when
-// `lost_fd` (an eventfd) becomes readable or the lease runs short, as described above.
+// Waits until `pid` and every process it started have exited, forwarding signals from `signals`.
+// Terminates them when `lost_fd` (an eventfd) becomes readable or the lease runs short, as
+// described above. `terminal_fd`: the terminal spawn_command() handed to the command, or -1.
+// Reaps every child of this process.
 ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
                             std::chrono::milliseconds kill_grace, const LeaseDeadline& lease,
-                            const SupervisionHooks& hooks);
+                            const SupervisionHooks& hooks, int terminal_fd = -1);
 
 // A shell's $? for a wait status: the exit code, or 128 + N for a command killed by signal N.
 int shell_exit_code(int wait_status);
