@@ -74,7 +74,7 @@ class AdvisoryBackend final : public Backend {
       } else if (ready.ok()) {
         bool broken = false;
         auto r = execute(session->conn.get(), "SELECT 1", {}, sent + options_.io_timeout, broken);
-        sessions_.checkin(session, broken || !r.ok());
+        finish(session, broken || !r.ok());
         kind = r.ok() ? RenewOutcome::kRenewed : RenewOutcome::kRejected;
       }
       for (std::size_t i : indices) {
@@ -93,17 +93,19 @@ class AdvisoryBackend final : public Backend {
       holding = it->second;
       held_.erase(it);
     }
-    Status ready = sessions_.checkout_this(holding.session, deadline);
-    if (ready.code() == Code::kUnavailable)
-      return Status::Ok();  // the session and its lock are gone
-    if (!ready.ok()) return ready;
-    bool broken = false;
-    auto r = execute(holding.session->conn.get(),
-                     for_mode("SELECT pg_advisory_unlock($1::bigint)", holding.shared),
-                     {std::to_string(holding.key)}, deadline, broken);
-    if (r.ok()) sessions_.note_held(holding.session, holding.key, false);
+    // The holding session may be busy (a try or health check on it). Past the deadline the
+    // unlock is left with the session, run when it is next checked in: never forgotten.
+    for (Clock::time_point until = deadline;; until = Clock::now() + options_.io_timeout) {
+      Status ready = sessions_.checkout_this(holding.session, until);
+      if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and lock are gone
+      if (ready.ok()) break;
+      if (sessions_.defer_unlock(holding.session, holding.key, holding.shared)) {
+        return Status::Ok();
+      }
+    }
+    const bool unlocked = unlock_fully(holding.session, holding.key, holding.shared);
     // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
-    sessions_.checkin(holding.session, broken || !r.ok());
+    finish(holding.session, !unlocked);
     return Status::Ok();
   }
 
@@ -153,6 +155,45 @@ class AdvisoryBackend final : public Backend {
     return out;
   }
 
+  // Checks the session in, first running the unlocks that releases left with it.
+  void finish(const std::shared_ptr<Session>& session, bool broken) {
+    for (;;) {
+      auto pending = sessions_.checkin(session, broken);
+      if (pending.empty()) return;
+      for (const auto& [key, shared] : pending) {
+        if (!unlock_fully(session, key, shared)) {
+          broken = true;  // closing the session frees what could not be unlocked
+          break;
+        }
+      }
+    }
+  }
+
+  // Unlocks `key` on the checked-out `session` as often as it holds it (advisory locks stack per
+  // session); only what pg_locks shows it holding, so no "you don't own a lock" warnings. False
+  // if that failed: the session must then be closed. Notes the key as no longer held.
+  bool unlock_fully(const std::shared_ptr<Session>& session, std::int64_t key, bool shared) {
+    const std::string unlock = for_mode(
+        fmt::format("SELECT count(pg_advisory_unlock({0})) FROM pg_locks WHERE locktype = "
+                    "'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1 AND "
+                    "classid = (({0}::bigint >> 32) & 4294967295)::oid AND objid = ({0}::bigint "
+                    "& 4294967295)::oid AND mode = '{1}'",
+                    key, shared ? "ShareLock" : "ExclusiveLock"),
+        shared);
+    // pg_locks shows a stacked lock once: repeat until nothing is left (a session holds a key at
+    // most twice: kNotKey keeps tries off sessions that hold it).
+    for (int round = 0; round < 4; ++round) {
+      bool broken = false;
+      auto r = execute(session->conn.get(), unlock, {}, Clock::now() + options_.io_timeout, broken);
+      if (!r.ok() || broken) return false;
+      if (std::string_view(PQgetvalue(r->get(), 0, 0)) == "0") {
+        sessions_.note_held(session, key, false);
+        return true;
+      }
+    }
+    return false;
+  }
+
   Grant remember(const AcquireCall& call, const std::shared_ptr<Session>& session, std::int64_t key,
                  std::uint64_t token, Clock::time_point sent) {
     sessions_.note_held(session, key, true);
@@ -174,16 +215,25 @@ class AdvisoryBackend final : public Backend {
     auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
                      note_params(call, key), sent + options_.io_timeout, broken);
     if (!r.ok()) {
-      sessions_.checkin(*session, true);  // ambiguous: closing the session frees whatever it took
+      // Ambiguous: the statement may have taken the lock before it failed (a session-level lock
+      // outlives its statement). The session may hold other leases' locks, so it is kept when
+      // it can be brought back and the key unlocked on it; closed (freeing everything) if not.
+      bool recovered = !broken;
+      if (broken && r.code() == Code::kDeadlineExceeded) {
+        recovered =
+            recover_after_timeout((*session)->conn.get(), Clock::now() + options_.io_timeout);
+      }
+      recovered = recovered && unlock_fully(*session, key, call.shared);
+      finish(*session, !recovered);
       return r.status();
     }
     if (PQgetisnull(r->get(), 0, 0)) {
-      sessions_.checkin(*session, broken);
+      finish(*session, broken);
       return Status(Code::kLocked, fmt::format("advisory lock {} is held by another session", key));
     }
     Grant grant =
         remember(call, *session, key, static_cast<std::uint64_t>(to_int(r->get(), 0, 0)), sent);
-    sessions_.checkin(*session, broken);
+    finish(*session, broken);
     return grant;
   }
 
@@ -203,10 +253,13 @@ class AdvisoryBackend final : public Backend {
     // The try first, only to learn whether the key was held (MetricsSnapshot::contended_grants);
     // the InitPlan with the blocking call runs only when the try failed, in the same round trip.
     // A try never jumps the queue: PostgreSQL refuses it while others wait for the lock.
+    // SET LOCAL: a multi-statement query is one implicit transaction, so the lock_timeout ends
+    // with it and never stays on the pooled session (where it would cut later statements short).
     std::string wait_sql = for_mode(
-        fmt::format("SET lock_timeout = {0}; SELECT CASE WHEN pg_try_advisory_lock({1}) THEN false "
-                    "ELSE (SELECT true FROM pg_advisory_lock({1})) END",
-                    left, key),
+        fmt::format(
+            "SET LOCAL lock_timeout = {0}; SELECT CASE WHEN pg_try_advisory_lock({1}) THEN false "
+            "ELSE (SELECT true FROM pg_advisory_lock({1})) END",
+            left, key),
         call.shared);
     bool broken = false;
     auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken,
@@ -215,7 +268,7 @@ class AdvisoryBackend final : public Backend {
       // PostgreSQL can grant the lock at the moment lock_timeout or a cancel hits: the statement
       // fails and the session-level lock stays. The session was empty before the wait, so
       // closing it frees exactly what the failed wait may hold.
-      sessions_.checkin(*session, /*broken=*/true);
+      finish(*session, /*broken=*/true);
       if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
       if (waited.code() == Code::kLocked) {
         return Status(Code::kLocked,
@@ -227,14 +280,14 @@ class AdvisoryBackend final : public Backend {
     auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key),
                          sent + options_.io_timeout, broken);
     if (!noted.ok() || call.stop.stop_requested()) {
-      sessions_.checkin(*session, true);  // closing the session releases the lock it just got
+      finish(*session, true);  // closing the session releases the lock it just got
       return call.stop.stop_requested() ? Status(Code::kCancelled, "acquisition cancelled")
                                         : noted.status();
     }
     Grant grant =
         remember(call, *session, key, static_cast<std::uint64_t>(to_int(noted->get(), 0, 0)), sent);
     grant.contended = PQntuples(waited->get()) == 1 && PQgetvalue(waited->get(), 0, 0)[0] == 't';
-    sessions_.checkin(*session, broken);
+    finish(*session, broken);
     return grant;
   }
 
@@ -244,7 +297,7 @@ class AdvisoryBackend final : public Backend {
     if (!session.ok()) return session.status();
     bool broken = false;
     auto r = execute((*session)->conn.get(), sql, params, deadline, broken);
-    sessions_.checkin(*session, broken);
+    finish(*session, broken);
     return r;
   }
 

@@ -178,6 +178,22 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   return last;
 }
 
+bool recover_after_timeout(PGconn* c, Clock::time_point deadline) {
+  int flushed;
+  while ((flushed = PQflush(c)) == 1) {
+    if (!wait_socket(c, true, deadline)) return false;
+  }
+  if (flushed != 0) return false;
+  while (PQstatus(c) == CONNECTION_OK) {
+    while (PQisBusy(c)) {
+      if (!wait_socket(c, false, deadline) || PQconsumeInput(c) == 0) return false;
+    }
+    ResultPtr r(PQgetResult(c));
+    if (!r) break;
+  }
+  return PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE;
+}
+
 Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
   {
     std::unique_lock lock(mu_);

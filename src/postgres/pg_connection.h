@@ -41,7 +41,8 @@ Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point d
 
 // Runs one statement with text parameters (`multi` sends a parameterless script instead) and
 // returns its last result. On a deadline the statement is cancelled and kDeadlineExceeded
-// returned; the connection must then be dropped (`broken` is set).
+// returned; the connection must then be dropped (`broken` is set) unless
+// recover_after_timeout() brings it back.
 // `stop` cancels the statement on the server too (kCancelled unless it completed first).
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
                           Clock::time_point deadline, bool& broken, bool multi = false,
@@ -49,6 +50,12 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
 
 // Maps a failed statement's SQLSTATE to a Status (42501 -> kPermissionDenied, ...).
 Status status_from_result(const PGresult* r);
+
+// After execute() gave up on a statement (kDeadlineExceeded: it already asked the server to
+// cancel it), reads what is left of the statement's results until `deadline`. True if the
+// connection is then idle and usable again (no transaction open), so that a session holding
+// locks need not be closed.
+bool recover_after_timeout(PGconn* c, Clock::time_point deadline);
 
 // A bounded pool of connections to one server.
 class PgPool {

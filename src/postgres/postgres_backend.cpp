@@ -51,6 +51,25 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
   return ran;
 }
 
+// A token sequence with CACHE > 1 hands each session a block of values: tokens drawn by
+// different sessions then do not follow grant order (a later grant can get a smaller token).
+// fencelock creates its sequences with CACHE 1; one made or altered otherwise is refused.
+Status check_token_sequences(PgPool& pool, milliseconds timeout) {
+  auto r = run(pool,
+               "SELECT seqrelid::regclass::text, seqcache FROM pg_sequence WHERE seqrelid IN "
+               "(to_regclass('fencelock_tokens'), to_regclass('fencelock_advisory_tokens')) "
+               "AND seqcache > 1",
+               {}, Clock::now() + timeout);
+  if (!r.ok()) return r.status();
+  if (PQntuples(r->get()) == 0) return Status::Ok();
+  const std::string name = PQgetvalue(r->get(), 0, 0);
+  return Status(Code::kInvalidArgument,
+                fmt::format("sequence {} has CACHE {}: each session would draw tokens from its own "
+                            "block, so tokens would not follow grant order; run `ALTER SEQUENCE "
+                            "{} CACHE 1` (fencelock creates it so)",
+                            name, PQgetvalue(r->get(), 0, 1), name));
+}
+
 class LeaseBackend final : public Backend {
  public:
   LeaseBackend(PostgresUri uri, ClientOptions options)
@@ -108,15 +127,16 @@ class LeaseBackend final : public Backend {
                  std::min(sent + options_.io_timeout,
                           validity_deadline(sent, shortest, options_.drift_factor)));
     if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists
-    std::set<std::string> renewed;
+    std::set<std::pair<std::string, std::string>> renewed;  // (name, owner)
     for (int row = 0; row < PQntuples(r->get()); ++row)
-      renewed.insert(PQgetvalue(r->get(), row, 0));
+      renewed.emplace(PQgetvalue(r->get(), row, 0), PQgetvalue(r->get(), row, 1));
     Clock::time_point now = Clock::now();
     for (std::size_t i = 0; i < items.size(); ++i) {
       Clock::time_point valid = validity_deadline(sent, items[i].ttl, options_.drift_factor);
-      if (renewed.contains(items[i].key->str()) && now < valid) {
+      const bool was_renewed = renewed.contains({items[i].key->str(), items[i].owner->hex()});
+      if (was_renewed && now < valid) {
         out[i] = {RenewOutcome::kRenewed, valid};
-      } else if (!renewed.contains(items[i].key->str())) {
+      } else if (!was_renewed) {
         out[i] = {RenewOutcome::kRejected, {}};
       }
     }
@@ -176,6 +196,9 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
   postgres::PgPool setup(split->conninfo, 1, options.connect_timeout);
   auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout);
   if (!schema.ok()) return schema.status();
+  if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
+    return cached;
+  }
   if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
   return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
 }

@@ -75,17 +75,40 @@ Status SessionPool::checkout_this(const std::shared_ptr<Session>& session,
   return Status::Ok();
 }
 
-void SessionPool::checkin(const std::shared_ptr<Session>& session, bool broken) {
-  std::lock_guard lock(mu_);
-  session->busy = false;
-  if (broken || PQstatus(session->conn.get()) != CONNECTION_OK) {
-    session->closed = true;  // its advisory locks ended with it
-    // A deliberate close (to free what an ambiguous call took) is not a connection failure.
-    if (PQstatus(session->conn.get()) != CONNECTION_OK) reconnects_.failed();
-    session->held.clear();
-    sessions_.remove(session);
+std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
+    const std::shared_ptr<Session>& session, bool broken) {
+  ConnPtr closing;  // PQfinish outside the mutex
+  std::vector<std::pair<std::int64_t, bool>> pending;
+  {
+    std::lock_guard lock(mu_);
+    const bool healthy = PQstatus(session->conn.get()) == CONNECTION_OK;
+    if (!broken && healthy && !session->pending_unlocks.empty()) {
+      pending.swap(session->pending_unlocks);
+      return pending;  // still busy: the caller runs them first
+    }
+    session->busy = false;
+    if (broken || !healthy) {
+      session->closed = true;  // its advisory locks end with its connection, closed here
+      // A deliberate close (to free what an ambiguous call took) is not a connection failure.
+      if (!healthy) reconnects_.failed();
+      session->held.clear();
+      session->pending_unlocks.clear();
+      // Leases on this session still point at it; the connection must not stay open under them.
+      closing = std::move(session->conn);
+      sessions_.remove(session);
+    }
+    changed_.notify_all();
   }
-  changed_.notify_all();
+  return pending;
+}
+
+bool SessionPool::defer_unlock(const std::shared_ptr<Session>& session, std::int64_t key,
+                               bool shared) {
+  std::lock_guard lock(mu_);
+  if (session->closed) return true;
+  if (!session->busy) return false;
+  session->pending_unlocks.emplace_back(key, shared);
+  return true;
 }
 
 bool SessionPool::closed(const std::shared_ptr<Session>& session) {

@@ -9,8 +9,12 @@
 //     release of a lock held by the same session;
 //   - a release or health check runs on the session that holds the key, once it is idle.
 // At most `max` sessions exist; a caller that needs one while all are busy or unsuitable waits
-// for one until its deadline. A session whose connection broke is closed and dropped: its locks
-// died with it, and leases on it are reported lost at their next health check.
+// for one until its deadline. A session whose connection broke (or that the backend gives up on)
+// is closed for real (PQfinish, which ends its server backend and every lock it held) and
+// dropped; leases on it are reported lost at their next health check.
+// A release that finds the holding session busy past its deadline does not give up: it leaves
+// the unlock with the session (defer_unlock), and whoever checks the session in next runs it
+// before the session is idle again (checkin() hands the pending unlocks back).
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -22,6 +26,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/backend.h"
 #include "postgres/pg_connection.h"
@@ -33,6 +39,8 @@ struct Session {
   std::set<std::int64_t> held;  // advisory keys this session holds (pool mutex)
   bool busy = false;            // a statement runs on it (pool mutex)
   bool closed = false;          // its connection broke (pool mutex)
+  // Unlocks left by releases that found the session busy: {key, shared} (pool mutex).
+  std::vector<std::pair<std::int64_t, bool>> pending_unlocks;
 };
 
 class SessionPool {
@@ -52,8 +60,15 @@ class SessionPool {
                                             Clock::time_point deadline);
   // Waits until `session` is idle and marks it busy. kUnavailable when it is closed.
   Status checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline);
-  // Marks it idle again; `broken` closes and drops it.
-  void checkin(const std::shared_ptr<Session>& session, bool broken);
+  // Marks it idle again; `broken` closes and drops it. If releases left unlocks with the session
+  // (and it is not broken), it stays checked out instead and they are returned: the caller runs
+  // them and calls checkin() again.
+  [[nodiscard]] std::vector<std::pair<std::int64_t, bool>> checkin(
+      const std::shared_ptr<Session>& session, bool broken);
+  // For a release whose session stayed busy: leaves the unlock of `key` with the session, to be
+  // run by whoever checks it in next. False if the session is idle by now (check it out again);
+  // true if the unlock was left, or the session is closed (its locks are gone).
+  bool defer_unlock(const std::shared_ptr<Session>& session, std::int64_t key, bool shared);
 
   bool closed(const std::shared_ptr<Session>& session);
   // Sessions opened again after one broke or could not be opened (ReconnectCounter).

@@ -21,6 +21,7 @@
 
 #include "fencelock/client.h"
 #include "postgres/advisory_key.h"
+#include "postgres/pg_connection.h"
 #include "support/postgres_server.h"
 #include "support/process.h"
 
@@ -70,6 +71,35 @@ class PostgresAdvisory : public ::testing::Test {
                      "::bigint >> 32) & 4294967295)::oid "
                      "AND objid = (" +
                      std::to_string(k) + "::bigint & 4294967295)::oid"));
+  }
+  // A transaction that inserted the holder row of `name` and stays open: a fencelock try for
+  // that key blocks in its INSERT ... ON CONFLICT (after pg_try_advisory_lock took the lock)
+  // until the transaction ends. ROLLBACK by end().
+  struct RowBlocker {
+    detail::postgres::ConnPtr conn;
+    void end() {
+      if (!conn) return;
+      bool broken = false;
+      (void)detail::postgres::execute(conn.get(), "ROLLBACK", {}, Clock::now() + 10s, broken);
+      conn.reset();
+    }
+    ~RowBlocker() { end(); }
+  };
+  RowBlocker block_holder_row(std::string_view name) {
+    auto conn = detail::postgres::open_connection(server_->uri(), Clock::now() + 10s);
+    if (!conn.ok()) throw std::runtime_error(conn.status().to_string());
+    bool broken = false;
+    const std::string sql = fmt::format(
+        "BEGIN; INSERT INTO fencelock_advisory_holders (key, name, owner, token, ttl_ms, pid) "
+        "VALUES ({}, 'blocker', 'blocker', 0, 0, 0)",
+        detail::postgres::advisory_key(name));
+    auto r = detail::postgres::execute(conn->get(), sql, {}, Clock::now() + 10s, broken, true);
+    if (!r.ok()) throw std::runtime_error(r.status().to_string());
+    return RowBlocker{std::move(*conn)};
+  }
+  long long sessions_waiting_for_a_row() {
+    return std::stoll(
+        server_->sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"));
   }
   std::unique_ptr<PostgresServer> server_;
 };
@@ -250,6 +280,66 @@ TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
   // Nothing may be left held by a session nobody tracks.
   auto after = third.acquire(key("race"), {.ttl = 5s, .wait = 3s});
   EXPECT_TRUE(after.ok()) << "the key stayed held: " << after.status().to_string();
+}
+
+// A try that fails on a session holding other leases' locks (here: it times out in its INSERT,
+// after pg_try_advisory_lock took the key) must neither leave its key held by nobody nor close
+// the session in name only. Before, the session was marked closed but kept open: the other
+// lease was reported lost at its next health check while its lock stayed held, and the failed
+// try's key stayed held for good.
+TEST_F(PostgresAdvisory, AFailedTryOnASessionHoldingLocksKeepsThemAndLeavesItsKeyFree) {
+  Client client = connect("&pool=1", {.io_timeout = 1s});
+  Client third = connect();
+  auto held = client.acquire(key("kept"), {.ttl = 3s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  {
+    RowBlocker blocker = block_holder_row("slow-try");
+    auto tried = client.acquire(key("slow-try"), {.ttl = 3s});
+    EXPECT_EQ(tried.code(), Code::kDeadlineExceeded) << tried.status().to_string();
+  }
+  auto after = third.acquire(key("slow-try"), {.ttl = 3s});
+  EXPECT_TRUE(after.ok()) << "the failed try's key stayed held: " << after.status().to_string();
+  // The other lease lives on: its session still holds its lock and passes its health checks.
+  const auto before = held->valid_until();
+  EXPECT_TRUE(eventually([&] { return held->valid_until() > before + 500ms; }))
+      << "the lease on the session of the failed try was not renewed";
+  EXPECT_FALSE(held->is_lost());
+  EXPECT_EQ(third.acquire(key("kept"), {.ttl = 3s}).code(), Code::kLocked);
+}
+
+// A release that finds the holding session busy past its deadline (the destructor's
+// release_timeout is short; a try runs on the same session) must still unlock. Before, the
+// bookkeeping was erased and the lock stayed held by the pooled session for good.
+TEST_F(PostgresAdvisory, AReleaseThatFindsItsSessionBusyStillUnlocks) {
+  Client client = connect("&pool=1", {.io_timeout = 5s, .release_timeout = 200ms});
+  Client third = connect();
+  auto held = client.acquire(key("busy-release"), {.ttl = 5s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  RowBlocker blocker = block_holder_row("busy-other");
+  std::optional<Result<Lease>> tried;
+  {
+    std::jthread trying([&] { tried = client.acquire(key("busy-other"), {.ttl = 5s}); });
+    ASSERT_TRUE(eventually([&] { return sessions_waiting_for_a_row() == 1; }))
+        << "the try never blocked on the row";
+    { Lease dropped = std::move(*held); }  // released within 200 ms, while the session is busy
+    blocker.end();
+  }
+  ASSERT_TRUE(tried.has_value());
+  auto after = third.acquire(key("busy-release"), {.ttl = 5s, .wait = 5s});
+  EXPECT_TRUE(after.ok()) << "the released lock stayed held: " << after.status().to_string();
+}
+
+// A wait sets lock_timeout for its statement only: it must not stay on the pooled session, where
+// it would cut a later statement short (here a try blocked on a row: a lock timeout looks like
+// "held by another session"; the statement must run to io_timeout instead).
+TEST_F(PostgresAdvisory, AWaitsLockTimeoutDoesNotStayOnThePooledSession) {
+  Client client = connect("&pool=1", {.io_timeout = 2s});
+  auto waited = client.acquire(key("wait-first"), {.ttl = 5s, .wait = 300ms});
+  ASSERT_TRUE(waited.ok()) << waited.status().to_string();
+  RowBlocker blocker = block_holder_row("then-try");
+  auto tried = client.acquire(key("then-try"), {.ttl = 5s});
+  EXPECT_EQ(tried.code(), Code::kDeadlineExceeded)
+      << "the wait's lock_timeout stayed on the session: " << tried.status().to_string();
 }
 
 // Shared (reader) locks: several holders at once; an exclusive one waits until all are gone.

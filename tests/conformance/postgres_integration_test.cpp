@@ -63,6 +63,44 @@ TEST(PostgresDurability, TokensNeverRepeatAfterACrashOfAServerWithAsynchronousCo
   }
 }
 
+// Renewal matches the grant (name and owner), not the name: when a lease's row is deleted behind
+// its back and the same Client is granted the name again, one renewal batch holds both grants.
+// Before, the new grant's row renewed the lost one too, which then never learned it was lost.
+TEST_F(PostgresLease, ARenewalOfANewGrantDoesNotKeepALostGrantOfTheSameNameAlive) {
+  auto client = Client::connect(uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  const LockKey name = *LockKey::make("renew-by-owner");
+  auto old_grant = client->acquire(name, {.ttl = 3s});
+  ASSERT_TRUE(old_grant.ok()) << old_grant.status().to_string();
+  server_->sql("DELETE FROM fencelock_leases WHERE name = 'renew-by-owner'");
+  auto new_grant = client->acquire(name, {.ttl = 3s});
+  ASSERT_TRUE(new_grant.ok()) << new_grant.status().to_string();
+  EXPECT_GT(new_grant->token(), old_grant->token());
+  // Within its TTL the old grant must be found lost, while the new one is renewed.
+  const auto limit = std::chrono::steady_clock::now() + 10s;
+  while (!old_grant->is_lost() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(old_grant->is_lost()) << "a grant whose row is gone was renewed by another's row";
+  EXPECT_FALSE(new_grant->is_lost());
+}
+
+// A token sequence with CACHE > 1 would give tokens out of grant order across sessions.
+TEST_F(PostgresLease, ATokenSequenceWithACacheIsRefusedAtConnect) {
+  ASSERT_TRUE(Client::connect(uri()).ok());  // creates the schema
+  server_->sql("ALTER SEQUENCE fencelock_tokens CACHE 20");
+  auto refused = Client::connect(uri());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("CACHE 20"), std::string::npos)
+      << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("ALTER SEQUENCE fencelock_tokens CACHE 1"),
+            std::string::npos)
+      << refused.status().to_string();
+  server_->sql("ALTER SEQUENCE fencelock_tokens CACHE 1");
+  EXPECT_TRUE(Client::connect(uri()).ok());
+}
+
 TEST_F(PostgresLease, WrongPasswordIsUnauthenticatedAndNeverEchoed) {
   auto client = Client::connect(base_uri(*server_, "fencelock", "wrong-pw-123"));
   ASSERT_EQ(client.code(), Code::kUnauthenticated) << client.status().to_string();

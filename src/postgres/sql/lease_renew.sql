@@ -1,9 +1,10 @@
 -- Renew every lease of one Client in one statement.
--- $1 JSON array of {"name","owner","ttl"}; returns the names renewed. The owner id is unique
--- per grant (128 random bits), so comparing it is comparing the grant.
+-- $1 JSON array of {"name","owner","ttl"}; returns the (name, owner) pairs renewed. The owner id
+-- is unique per grant (128 random bits), so comparing it is comparing the grant; the caller
+-- matches both, since one batch may hold a lost grant and a newer one of the same name.
 UPDATE fencelock_leases AS l
    SET expires_at = clock_timestamp() + v.ttl * interval '1 millisecond'
   FROM json_to_recordset($1::json) AS v(name text, owner text, ttl bigint)
  WHERE l.name = v.name AND l.owner = v.owner
    AND l.expires_at > clock_timestamp()
-RETURNING l.name
+RETURNING l.name, l.owner
