@@ -8,6 +8,12 @@
 #   scripts/servers.sh kill PORT  crash the server listening on PORT (SIGKILL; PostgreSQL: an
 #                               immediate shutdown, which recovers from its WAL like a crash);
 #                               `start` brings it back (fencelock torture --server-control)
+#   scripts/servers.sh pause PORT / resume PORT  stop (SIGSTOP) / continue the Redis or etcd
+#                               server on PORT: a silent server (torture minority-stall)
+#   scripts/servers.sh admin-delete KIND KEY  take lock KEY away behind its holder's back, as an
+#                               operator would: KIND redis (DEL on every Redis), etcd (etcdctl
+#                               del of NAME/'s keys), postgres-lease (DELETE of its row),
+#                               postgres-advisory (pg_terminate_backend of the holding session)
 #
 # Redis: independent redis-server instances on 127.0.0.1, ports FENCELOCK_REDIS_PORTS (default
 # "7101 7102 7103"), no persistence (FENCELOCK_REDIS_APPENDONLY=1: AOF with appendfsync always,
@@ -453,12 +459,73 @@ kill_port() {
   echo "server on 127.0.0.1:$port killed (pid $pid)"
 }
 
+# The pid of the Redis or etcd server of ours on PORT ("" if none).
+server_pid_on() {
+  local port=$1 n p
+  for p in "${REDIS_PORTS[@]}"; do
+    if [[ $p == "$port" ]] && redis_ours "$port"; then redis_pid "$port"; fi
+  done
+  for ((n = 1; n <= ${#ETCD_PORTS[@]}; n++)); do
+    if [[ $(etcd_client_port "$n") == "$port" ]] && etcd_ours "$n"; then etcd_pid "$n"; fi
+  done
+}
+
+signal_port() {
+  local signal=$1 port=$2 pid
+  pid=$(server_pid_on "$port")
+  [[ -n $pid ]] || die "no running Redis or etcd server of ours listens on port $port"
+  kill "-$signal" "$pid"
+  echo "server on 127.0.0.1:$port sent SIG$signal (pid $pid)"
+}
+
+admin_delete() {
+  local kind=$1 key=$2 port endpoints
+  case $kind in
+    redis)
+      for port in "${REDIS_PORTS[@]}"; do
+        echo "redis 127.0.0.1:$port DEL fencelock:{$key}:" \
+          "$(redis-cli -h 127.0.0.1 -p "$port" DEL "fencelock:{$key}" 2>&1)"
+      done
+      ;;
+    etcd)
+      endpoints=$(printf '127.0.0.1:%s,' "${ETCD_PORTS[@]}")
+      # Only NAME/<hex> keys: those of nested locks (NAME/x/<hex>) are not this lock's.
+      local k deleted=0
+      while IFS= read -r k; do
+        [[ $k =~ ^.*/[0-9a-f]{1,16}$ && ${k%/*} == "$key" ]] || continue
+        ETCDCTL_API=3 etcdctl --endpoints "${endpoints%,}" del "$k" >/dev/null
+        deleted=$((deleted + 1))
+      done < <(ETCDCTL_API=3 etcdctl --endpoints "${endpoints%,}" get --prefix --keys-only "$key/")
+      echo "etcd: deleted $deleted key(s) of lock $key"
+      ;;
+    postgres-lease)
+      echo "postgres: $(postgres_superuser_sql -d "$PG_DATABASE" -v key="$key" \
+        <<<"DELETE FROM fencelock_leases WHERE name = :'key' RETURNING 'deleted row of ' || name")"
+      ;;
+    postgres-advisory)
+      echo "postgres: terminated $(postgres_superuser_sql -d "$PG_DATABASE" -v key="$key" \
+        <<<"SELECT count(pg_terminate_backend(h.pid)) FROM fencelock_advisory_holders h
+             WHERE h.name = :'key' AND EXISTS (SELECT 1 FROM pg_locks l
+               WHERE l.locktype = 'advisory' AND l.granted AND l.pid = h.pid)") session(s)"
+      ;;
+    *) die "admin-delete: unknown kind '$kind' (redis, etcd, postgres-lease, postgres-advisory)" ;;
+  esac
+}
+
 main() {
   local action=${1:-}
   case $action in
     kill)
       [[ $# -eq 2 ]] || die "usage: $0 kill PORT"
       kill_port "$2"
+      ;;
+    pause | resume)
+      [[ $# -eq 2 ]] || die "usage: $0 $action PORT"
+      signal_port "$([[ $action == pause ]] && echo STOP || echo CONT)" "$2"
+      ;;
+    admin-delete)
+      [[ $# -eq 3 ]] || die "usage: $0 admin-delete KIND KEY"
+      admin_delete "$2" "$3"
       ;;
     start | stop | env)
       local service
@@ -470,7 +537,7 @@ main() {
       [[ $failed -eq 0 ]] || exit 3
       ;;
     *)
-      echo "usage: $0 start|stop|status|env|kill PORT" >&2
+      echo "usage: $0 start|stop|status|env|kill PORT|pause PORT|resume PORT|admin-delete KIND KEY" >&2
       exit 2
       ;;
   esac

@@ -5,10 +5,13 @@
 // squatter on the key, a control program that fails.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <stop_token>
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
@@ -76,6 +79,50 @@ TEST(TortureCli, PostgresAdvisoryAndLeaseModesAreSafeUnderPauseKillPartitionAndD
 TEST(TortureCli, EtcdIsSafeUnderPauseKillPartitionAndDrop) {
   auto cluster = EtcdCluster::start(3);
   expect_safe_under_faults(torture(cluster->uri(), kRun, 0), true);
+}
+
+// A server-control program for servers the test started: admin-delete KIND KEY deletes the lock
+// key on every Redis; pause/resume PORT stop and continue the server on PORT.
+std::string write_control_script(const std::string& dir, RedisCluster& cluster) {
+  std::string cases;
+  std::string deletes;
+  for (int i = 0; i < cluster.size(); ++i) {
+    cases += fmt::format("  {}) pid={} ;;\n", cluster[i].port(), cluster[i].pid());
+    deletes += fmt::format("redis-cli -p {} DEL \"fencelock:{{$3}}\" >/dev/null || exit 1\n",
+                           cluster[i].port());
+  }
+  const std::string path = dir + "/control.sh";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "set -eu\n"
+                      << "if [ \"$1\" = admin-delete ]; then\n"
+                      << deletes << "exit 0\nfi\n"
+                      << "case $2 in\n"
+                      << cases << "  *) exit 2 ;;\nesac\n"
+                      << "case $1 in pause) kill -STOP $pid ;; resume) kill -CONT $pid ;; "
+                         "*) exit 2 ;; esac\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+
+// Issue 12's fault classes on Redlock: the lock taken away behind the holder's back (its holder
+// must learn within a renewal period, and the next holder's overlap is then excused) and one of
+// three instances silent for 1.5 TTL while TTLs are short.
+TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAndAStalledMinority) {
+  auto cluster = RedisCluster::start(3);
+  const std::string dir = make_temp_dir("fencelock-torture-control-");
+  const std::string control = write_control_script(dir, *cluster);
+  auto r = torture(cluster->redlock_uri(),
+                   {"--duration", "20s", "--ttl", "1s", "--faults", "admin-delete,minority-stall",
+                    "--server-control", control},
+                   0);
+  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
+  EXPECT_EQ(r.value("deletions_unnoticed", -1), 0) << r.dump();
+  EXPECT_EQ(r.value("exclusion_violations", -1), 0) << r.dump();
+  EXPECT_EQ(r.value("left_held", -1), 0) << r.dump();
+  for (const char* kind : {"admin-delete", "minority-stall"}) {
+    EXPECT_GE(r["by_fault"][kind].value("effective", 0), 1) << kind << ": " << r.dump();
+  }
+  remove_tree(dir);
 }
 
 // Clock faults through libfaketime: a worker whose clocks run at a quarter speed (its renewals

@@ -423,6 +423,60 @@ TEST(TortureChecker, LateMissingAndAbsentLostSignalsAreUnsafeUnlessAPauseCoversT
   EXPECT_EQ(check(absent.r, options()).unsignalled_expiries, 0u);
 }
 
+// admin-delete: the lock is taken from worker 0 (token 4) behind its back at 150 ms and worker 1
+// is granted at once. The overlap is excused only if worker 0 learned of it (lost()) within a
+// renewal period plus slack (TTL 2 s: 667 + 200 ms); a holder that learned later or never is
+// unsafe, and so is a lock left held after the run.
+TEST(TortureChecker, AnAdminDeleteIsExcusedOnlyForAHolderThatLearnsWithinARenewalPeriod) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.fault(fault("admin-delete", 150 * kMs, 2150 * kMs, true, 0, h.pid_of(0)));
+  h.acquire(1, 160 * kMs).grant(1, 5, 200 * kMs).enter(1, 5, 201 * kMs);
+  h.write(1, 5, 4, 202 * kMs).exit(1, 5, 203 * kMs).lease(1, 5, 2 * kS, 204 * kMs);
+  h.write(0, 4, 4, 1000 * kMs, /*accepted=*/false).exit(0, 4, 1001 * kMs);
+  h.lease(0, 4, /*valid_until=*/2100 * kMs, /*observed_at=*/1100 * kMs, /*lost=*/true,
+          /*fired_at=*/500 * kMs);
+  CheckOptions o = options();
+  o.requested_faults = {"admin-delete"};
+  Report told = check(h.r, o);
+  EXPECT_EQ(told.verdict(), Verdict::kSafe)
+      << testing::PrintToString(told.violations) << testing::PrintToString(told.inconclusive);
+  EXPECT_EQ(told.overlaps_excused, 1u);
+  EXPECT_EQ(told.deletions_unnoticed, 0u);
+  EXPECT_EQ(told.by_fault["admin-delete"].effective, 1u);
+
+  h.r.leases.back().fired_at = 1050 * kMs;  // learned 900 ms after the delete
+  Report late = check(h.r, o);
+  EXPECT_EQ(late.verdict(), Verdict::kUnsafe);
+  EXPECT_EQ(late.deletions_unnoticed, 1u);
+  EXPECT_EQ(late.exclusion_violations, 1u);
+
+  h.r.leases.back().lost = false;  // never learned
+  h.r.leases.back().fired_at = 0;
+  Report never = check(h.r, o);
+  EXPECT_EQ(never.deletions_unnoticed, 1u);
+  EXPECT_EQ(never.verdict(), Verdict::kUnsafe);
+  ASSERT_FALSE(never.violations.empty());
+  EXPECT_NE(testing::PrintToString(never.violations).find("never learned"), std::string::npos);
+
+  // No lease held at the moment of the delete: it proves nothing.
+  History idle;
+  idle.cycles(3, 1, 1, 0);
+  idle.fault(fault("admin-delete", 5 * kS, 6 * kS));
+  EXPECT_EQ(check(idle.r, o).verdict(), Verdict::kInconclusive);
+}
+
+TEST(TortureChecker, ALockStillHeldAfterEveryWorkerExitedIsUnsafe) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  EXPECT_EQ(check(h.r, options()).verdict(), Verdict::kSafe);
+  h.r.left_held = "'torture' still held by 1a2b3c4d (token 3) after every worker exited";
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.left_held, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+}
+
 TEST(TortureChecker, UnavailabilityIsMeasuredFromEachHealToTheNextAdmittedCriticalSection) {
   History h;
   h.enter(0, 5, 100 * kMs).enter(1, 6, 900 * kMs, /*accepted=*/false).enter(1, 7, 1500 * kMs);

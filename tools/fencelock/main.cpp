@@ -172,7 +172,9 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "grants or writes, a fault that never took effect, a failed control program).\n"
       "Faults: pause (SIGSTOP a holder past its TTL), kill (SIGKILL a worker, start another),\n"
       "latency, drop, partition (through a TCP proxy per server on 127.0.0.1), skew, jump\n"
-      "(libfaketime), server-kill (--server-control).\n\n"
+      "(libfaketime), server-kill, minority-stall (SIGSTOP one server), admin-delete (the lock\n"
+      "taken away behind its holder: --server-control), many-leases (each worker also holds\n"
+      "--extra-leases long leases).\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);
@@ -193,9 +195,14 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       ->type_name("DIR");
   torture
       ->add_option("--server-control", args.server_control,
-                   "For the fault server-kill: PROGRAM kill PORT / PROGRAM start "
-                   "(scripts/servers.sh)")
+                   "For server-kill, minority-stall, admin-delete: PROGRAM kill PORT / start / "
+                   "pause PORT / resume PORT / admin-delete KIND KEY (scripts/servers.sh)")
       ->type_name("PROGRAM");
+  torture
+      ->add_option("--extra-leases", args.extra_leases,
+                   "For the fault many-leases: long leases each worker holds besides the "
+                   "contended one")
+      ->capture_default_str();
   torture->add_option("--key", args.key, "The lock the workers contend for")->capture_default_str();
   torture
       ->add_option("--fence", args.fence,
@@ -258,6 +265,7 @@ CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   worker->add_option("--ttl-ms", args.ttl_ms);
   worker->add_option("--critical-ms", args.critical_ms);
   worker->add_option("--key", args.key);
+  worker->add_option("--extra-leases", args.extra_leases);
   return worker;
 }
 

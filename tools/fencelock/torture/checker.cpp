@@ -47,8 +47,13 @@ class Checker {
     replay_register();
     check_tokens();
     check_leases();
+    check_deletions();
     check_faults();
     check_floors();
+    if (!record_.left_held.empty()) {
+      report_.left_held++;
+      violation("lock held by nobody: " + record_.left_held);
+    }
     for (const std::string& failure : record_.control_failures) {
       report_.inconclusive.push_back("the server-control program failed: " + failure);
     }
@@ -78,6 +83,18 @@ class Checker {
     });
   }
 
+  // How long after an admin-delete its holder may go on believing in its lease: a renewal period
+  // and its round trip.
+  Nanos learn_bound() const { return margin_ / 3 + std::max(margin_ / 10, 200 * kMs); }
+
+  // Whether `lease` was taken away by an admin-delete before `t` and its holder learned in time.
+  bool deleted_and_told(const LeaseReport& lease, Nanos t) const {
+    return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
+      return f.kind == "admin-delete" && lease.granted_at <= f.at && f.at <= t && lease.lost &&
+             lease.fired_at != 0 && lease.fired_at <= f.at + learn_bound();
+    });
+  }
+
   const LeaseReport* lease_of(long pid, std::uint64_t token) const {
     auto it = leases_.find({pid, token});
     return it == leases_.end() ? nullptr : it->second;
@@ -103,6 +120,7 @@ class Checker {
     // Without a report a holder's validity is unknown (a killed worker writes none); a backend
     // that promises no validity frees a lock when its session dies, which only a fault that
     // ends sessions does, and then the older holder is told (its report says lost).
+    if (a != nullptr && deleted_and_told(*a, t)) return OverlapKind::kExcused;
     const bool unknown = a == nullptr || b == nullptr;
     const bool session_lost = !options_.validity_bound && (a == nullptr || a->lost);
     if ((unknown || session_lost) && in_session_fault(t)) return OverlapKind::kExcused;
@@ -262,6 +280,29 @@ class Checker {
     }
   }
 
+  // Every lease that an admin-delete took away (granted before it, still looked at after the
+  // learning bound) must have been told lost() within the bound.
+  void check_deletions() {
+    for (const InjectedFault& f : record_.faults) {
+      if (f.kind != "admin-delete" || !f.took_effect) continue;
+      const Nanos bound = f.at + learn_bound();
+      for (const LeaseReport& lease : record_.leases) {
+        if (lease.granted_at > f.at || lease.observed_at <= bound) continue;
+        if (lease.lost && lease.fired_at != 0 && lease.fired_at <= bound) continue;
+        if (paused_between(lease.worker, f.at, bound)) continue;
+        report_.deletions_unnoticed++;
+        violation(lease.lost
+                      ? fmt::format("admin-delete: worker {} (token {}) learned of it "
+                                    "{:.1f} ms later (bound {:.1f} ms)",
+                                    lease.worker, lease.token, ms(lease.fired_at - f.at),
+                                    ms(learn_bound()))
+                      : fmt::format("admin-delete: worker {} (token {}) never learned of "
+                                    "it ({:.1f} ms later it still held its lease)",
+                                    lease.worker, lease.token, ms(lease.observed_at - f.at)));
+      }
+    }
+  }
+
   // What the logs show of a fault's effect, on top of what the orchestrator saw.
   std::string missing_evidence(const InjectedFault& f) const {
     const Nanos until = f.healed_at + margin_;
@@ -301,6 +342,15 @@ class Checker {
       }
       return f.kind == "jump" ? "the worker's wall clock was never seen behind"
                               : "the worker's clock was never seen running slow";
+    }
+    if (f.kind == "admin-delete") {
+      if (!f.took_effect) return f.note;
+      // A holder was there: a lease granted before the delete and still held after it.
+      const bool held =
+          std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
+            return l.granted_at <= f.at && l.observed_at >= f.at && l.observed_at <= until;
+          });
+      return held ? "" : "no lease was held at the moment of the delete";
     }
     return f.took_effect ? "" : (f.note.empty() ? "no effect was seen" : f.note);
   }

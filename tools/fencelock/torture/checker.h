@@ -20,6 +20,12 @@
 //                         callback had not run 100 ms after the token fired, with no pause of
 //                         that worker overlapping [valid_until, fired_at]
 //   unsignalled_expiries  a lease whose validity passed without lost() firing (same excuse)
+//   deletions_unnoticed   admin-delete took the lock from a holder that kept its lease past
+//                         the learning bound (TTL/3 + max(TTL/10, 200 ms) after the delete)
+//                         without lost() firing by then; overlaps with the next holder are
+//                         excused only for a holder that learned within that bound
+//   left_held             the lock was still held a TTL after every worker had exited (a lock
+//                         held by nobody)
 // Observed (not violations): overlaps (critical sections that began while another was open),
 // split into those after the older lease's validity (the fence must absorb them) and excused
 // ones; stale refusals; lost() signals; unavailability after each fault's heal.
@@ -30,7 +36,9 @@
 // kill: it died of SIGKILL and a new worker said hello; skew: the new worker's clock ran at less
 // than half speed; jump: its wall clock was 20 s or more behind; network faults: the proxies
 // delayed, reset or froze a connection; server-kill: the control program succeeded both ways and
-// the port refused connections); a control program that failed.
+// the port refused connections; minority-stall: pause and resume succeeded; admin-delete: the
+// a lease was held at that moment (granted before it, looked at after it); many-leases: every
+// worker held its extra leases); a control program that failed.
 #pragma once
 
 #include <chrono>
@@ -74,6 +82,8 @@ struct Report {
   std::uint64_t exclusion_violations = 0;
   std::uint64_t late_lost = 0;
   std::uint64_t unsignalled_expiries = 0;
+  std::uint64_t deletions_unnoticed = 0;
+  std::uint64_t left_held = 0;
 
   std::uint64_t overlaps = 0;
   std::uint64_t overlaps_after_expiry = 0;
@@ -93,7 +103,7 @@ struct Report {
 
   std::uint64_t violation_count() const {
     return fenced_violations + lost_updates + token_violations + exclusion_violations + late_lost +
-           unsignalled_expiries;
+           unsignalled_expiries + deletions_unnoticed + left_held;
   }
   Verdict verdict() const {
     if (violation_count() > 0) return Verdict::kUnsafe;

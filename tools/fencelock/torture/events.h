@@ -99,6 +99,8 @@ struct RunRecord {
   std::vector<InjectedFault> faults;
   std::vector<GrantRecord> grant_log;         // from register_events, by `at`
   std::vector<std::string> control_failures;  // server-control runs that exited non-zero
+  // After every worker exited (and a TTL more): who still held the lock, "" if nobody.
+  std::string left_held;
   Nanos started_at = 0;
   Nanos ended_at = 0;
   std::uint64_t operations_so_far = 0;  // register operations, updated for progress reports

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fencelock/client.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
 #include "torture/shared_register.h"
@@ -39,6 +40,20 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 // How long one call of the server-control program may take.
 constexpr std::chrono::seconds kControlTimeout{60};
+
+bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
+  return std::find(faults.begin(), faults.end(), kind) != faults.end();
+}
+
+// The kind argument of `PROGRAM admin-delete KIND KEY` for a backend URI.
+std::string admin_kind(const std::string& uri) {
+  if (uri.starts_with("redis://") || uri.starts_with("rediss://") || uri.starts_with("redlock://"))
+    return "redis";
+  if (uri.starts_with("etcd://")) return "etcd";
+  if (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
+    return uri.find("mode=lease") != std::string::npos ? "postgres-lease" : "postgres-advisory";
+  return "";
+}
 
 bool needs_proxy(const std::vector<std::string>& faults) {
   for (const auto& f : faults)
@@ -139,6 +154,7 @@ struct ActiveFault {
   std::optional<int> skewed_worker;
   std::optional<int> jumped_worker;
   bool restart_servers = false;
+  std::optional<std::uint16_t> resume_port;  // minority-stall: the paused server
   std::uint64_t proxy_actions_before = 0;
 };
 
@@ -159,7 +175,11 @@ std::optional<bool> port_refuses(const std::string& host, std::uint16_t port) {
 class Orchestrator {
  public:
   Orchestrator(RunSettings settings, std::string uri, std::string dir)
-      : settings_(std::move(settings)), dir_(std::move(dir)) {
+      : settings_(std::move(settings)), dir_(std::move(dir)), uri_(uri) {
+    // many-leases is a condition of the whole run, not an injection on the schedule.
+    for (const std::string& f : settings_.faults) {
+      if (f != "many-leases") scheduled_.push_back(f);
+    }
     reg_ = std::make_unique<SharedRegister>(dir_ + "/register.sock", settings_.fence);
     if (std::count(settings_.faults.begin(), settings_.faults.end(), "skew") +
             std::count(settings_.faults.begin(), settings_.faults.end(), "jump") >
@@ -172,12 +192,18 @@ class Orchestrator {
       }
     }
     worker_uri_ = uri;
-    if (std::count(settings_.faults.begin(), settings_.faults.end(), "server-kill") > 0) {
-      if (settings_.server_control.empty()) {
+    for (const char* kind : {"server-kill", "minority-stall", "admin-delete"}) {
+      if (wanted(settings_.faults, kind) && settings_.server_control.empty()) {
         throw std::invalid_argument(
-            "the fault server-kill needs --server-control PROGRAM (e.g. scripts/servers.sh for "
-            "its local servers)");
+            fmt::format("the fault {} needs --server-control PROGRAM (e.g. scripts/servers.sh "
+                        "for its local servers)",
+                        kind));
       }
+    }
+    if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
+      throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
+    }
+    if (wanted(settings_.faults, "server-kill") || wanted(settings_.faults, "minority-stall")) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
@@ -214,9 +240,8 @@ class Orchestrator {
         active.reset();
         next_fault = now + interval;
       }
-      if (!active && !settings_.faults.empty() && now >= next_fault &&
-          now + settings_.ttl * 2 < end) {
-        active = inject(settings_.faults[fault_index++ % settings_.faults.size()], record);
+      if (!active && !scheduled_.empty() && now >= next_fault && now + settings_.ttl * 2 < end) {
+        active = inject(scheduled_[fault_index++ % scheduled_.size()], record);
       }
       if (now >= next_progress) {
         next_progress = now + milliseconds(1000);
@@ -231,16 +256,63 @@ class Orchestrator {
       if (!w->wait_for(settings_.ttl * 2 + milliseconds(10'000))) w->kill_and_reap();
     }
     record.ended_at = monotonic_now();
+    record.left_held = held_after_run();
     record.register_events = reg_->events();
     record.grant_log = grants_of(record.register_events);
     record.final_value = reg_->value();
     record.control_failures = control_failures_;
     read_worker_logs(record);
+    if (wanted(settings_.faults, "many-leases")) record.faults.push_back(many_leases(record));
     write_history(record);
     return record;
   }
 
  private:
+  // After every worker has exited (released, or killed): whether the lock is still held, and by
+  // whom. A holder left by a killed worker expires within a TTL; one still there a TTL later is
+  // a lock held by nobody ("" when free, or when it cannot be inspected: then it says so).
+  std::string held_after_run() const {
+    auto client = Client::connect(uri_);
+    if (!client.ok()) return "";
+    const auto key = *LockKey::make(settings_.key);
+    std::string holder;
+    for (auto until = Clock::now() + settings_.ttl + milliseconds(1000);;) {
+      auto seen = client->inspect(key);
+      if (!seen.ok() || !seen->has_value()) return "";
+      holder =
+          fmt::format("'{}' still held by {} (token {}) after every worker exited", settings_.key,
+                      (*seen)->owner_prefix.empty() ? "another session" : (*seen)->owner_prefix,
+                      (*seen)->token.value());
+      if (Clock::now() >= until) return holder;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+
+  // The many-leases condition as one fault record: it took effect when every worker said it held
+  // all its extra leases.
+  InjectedFault many_leases(const RunRecord& record) const {
+    InjectedFault f;
+    f.kind = "many-leases";
+    f.at = record.started_at;
+    f.healed_at = record.ended_at;
+    int holding = 0;
+    for (int id = 0; id < settings_.workers; ++id) {
+      std::ifstream in(log_of(id));
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.value("t", "") == "extra" &&
+            j.value("held", 0) >= settings_.extra_leases) {
+          ++holding;
+          break;
+        }
+      }
+    }
+    f.took_effect = holding == settings_.workers;
+    f.note = fmt::format("{} of {} workers held {} extra leases", holding, settings_.workers,
+                         settings_.extra_leases);
+    return f;
+  }
+
   // Runs `server_control ARGS...` by fork/exec (no shell: the arguments are never parsed), its
   // output appended to the run's server-control.log. True when it exited 0; a failure is kept
   // for the report (the fault then did not take effect).
@@ -335,13 +407,22 @@ class Orchestrator {
   }
 
   std::vector<std::string> worker_argv(int id) const {
-    return {"fencelock",     "torture-worker",
-            "--socket",      reg_->path(),
-            "--log",         log_of(id),
-            "--id",          std::to_string(id),
-            "--ttl-ms",      std::to_string(settings_.ttl.count()),
-            "--critical-ms", std::to_string(settings_.critical.count()),
-            "--key",         settings_.key};
+    return {"fencelock",
+            "torture-worker",
+            "--socket",
+            reg_->path(),
+            "--log",
+            log_of(id),
+            "--id",
+            std::to_string(id),
+            "--ttl-ms",
+            std::to_string(settings_.ttl.count()),
+            "--critical-ms",
+            std::to_string(settings_.critical.count()),
+            "--key",
+            settings_.key,
+            "--extra-leases",
+            std::to_string(wanted(settings_.faults, "many-leases") ? settings_.extra_leases : 0)};
   }
 
   ActiveFault inject(const std::string& kind, RunRecord& record) {
@@ -411,6 +492,24 @@ class Orchestrator {
       }
       fault.restart_servers = true;
       fault.heal_at += settings_.ttl;
+    } else if (kind == "minority-stall") {
+      // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
+      // back. Resumed 1.5 TTL later.
+      const HostPort& victim = servers_[record.faults.size() % servers_.size()];
+      fault.record.took_effect = run_control({"pause", std::to_string(victim.port)});
+      if (!fault.record.took_effect) fault.record.note = "the control program's pause failed";
+      fault.resume_port = victim.port;
+      fault.heal_at += settings_.ttl * 3 / 2;
+    } else if (kind == "admin-delete") {
+      // The lock taken away behind a holder's back, as an operator would; the holder must learn
+      // within a renewal period (checker).
+      for (int i = 0; i < 500 && !reg_->worker_inside(); ++i)
+        std::this_thread::sleep_for(milliseconds(2));
+      if (auto inside = reg_->worker_inside()) hit(*inside);
+      fault.record.at = monotonic_now();
+      fault.record.took_effect = run_control({"admin-delete", admin_kind(uri_), settings_.key});
+      if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
+      fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
       for (auto& p : proxies_) p->set_fault(NetworkFault::kLatency, milliseconds(100));
       fault.heal_at += settings_.ttl;
@@ -434,6 +533,10 @@ class Orchestrator {
       w->start();
     }
     if (fault.jumped_worker) std::ofstream(clock_file(*fault.jumped_worker)) << "+0\n";
+    if (fault.resume_port && !run_control({"resume", std::to_string(*fault.resume_port)})) {
+      fault.record.took_effect = false;
+      fault.record.note = "the control program's resume failed";
+    }
     if (fault.restart_servers && !run_control({"start"})) {
       fault.record.took_effect = false;
       fault.record.note += fault.record.note.empty() ? "the control program's start failed"
@@ -515,6 +618,8 @@ class Orchestrator {
 
   RunSettings settings_;
   std::string dir_;
+  std::string uri_;                     // the backend as given (no proxies)
+  std::vector<std::string> scheduled_;  // the fault kinds injected in turn
   std::string worker_uri_;
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for
@@ -527,8 +632,8 @@ class Orchestrator {
 }  // namespace
 
 bool known_fault(const std::string& kind) {
-  for (const char* k :
-       {"pause", "kill", "latency", "drop", "partition", "skew", "jump", "server-kill"})
+  for (const char* k : {"pause", "kill", "latency", "drop", "partition", "skew", "jump",
+                        "server-kill", "minority-stall", "admin-delete", "many-leases"})
     if (kind == k) return true;
   return false;
 }

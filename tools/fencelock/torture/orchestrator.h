@@ -9,6 +9,13 @@
 // TTL: the paused holder's stale write then lands inside the newer holder's read-modify-write,
 // which only a fenced read can refuse.
 //
+// minority-stall runs `PROGRAM pause PORT` and, 1.5 TTL later, `PROGRAM resume PORT` (one server
+// at a time); admin-delete runs `PROGRAM admin-delete KIND KEY` (KIND redis, etcd,
+// postgres-lease or postgres-advisory) once a worker is inside its critical section; many-leases
+// is no injection but a condition of the whole run (each worker holds `extra_leases` long leases
+// besides the contended one), recorded as one fault spanning the run. After the workers exit,
+// the orchestrator inspects the lock (RunRecord::left_held).
+//
 // Each fault records what the orchestrator saw of its effect (events.h InjectedFault); the
 // server-control program runs by fork/exec with an argument vector (no shell) and its exit
 // status counts.
@@ -31,13 +38,15 @@ struct RunSettings {
   std::chrono::milliseconds duration{30'000};
   std::chrono::milliseconds ttl{2'000};
   std::chrono::milliseconds critical{20};
-  std::vector<std::string>
-      faults;  // pause, kill, latency, drop, partition, skew, jump, server-kill
+  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump,
+                                    // server-kill, minority-stall, admin-delete, many-leases
   FenceMode fence = FenceMode::kFull;  // kNone: the broken variant, the register applies everything
   std::string key = "torture";         // the lock the workers contend for
   // For the fault server-kill: a program run as `PROGRAM kill PORT` to crash the server on PORT
   // and `PROGRAM start` to bring it back (scripts/servers.sh does both for its local servers).
   std::string server_control;
+  // many-leases: how many long leases (other keys) each worker holds besides the contended one.
+  int extra_leases = 2000;
 };
 
 // The fault kinds run_torture() knows.

@@ -44,6 +44,9 @@ Result<RunSettings> parse(const TortureArgs& args) {
             : args.fence == "write-only"                 ? FenceMode::kWriteOnly
                                                          : FenceMode::kFull;
   s.server_control = args.server_control;
+  if (args.extra_leases < 1 || args.extra_leases > 100'000)
+    return Status(Code::kInvalidArgument, "--extra-leases must be between 1 and 100000");
+  s.extra_leases = args.extra_leases;
   auto key = LockKey::make(args.key);
   if (!key.ok()) return Status(Code::kInvalidArgument, "--key: " + key.status().message());
   s.key = args.key;
@@ -66,7 +69,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
     if (!known_fault(fault)) {
       return Status(Code::kInvalidArgument,
                     fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
-                                "jump, server-kill)",
+                                "jump, server-kill, minority-stall, admin-delete, many-leases)",
                                 fault));
     }
     s.faults.push_back(fault);
@@ -113,6 +116,8 @@ nlohmann::json report_json(const Report& r, const TortureArgs& args, const RunSe
           {"exclusion_violations", r.exclusion_violations},
           {"late_lost", r.late_lost},
           {"unsignalled_expiries", r.unsignalled_expiries},
+          {"deletions_unnoticed", r.deletions_unnoticed},
+          {"left_held", r.left_held},
           {"lost_signals", r.lost_signals},
           {"overlaps", r.overlaps},
           {"overlaps_after_expiry", r.overlaps_after_expiry},
@@ -142,10 +147,13 @@ void print_report(const Report& r) {
       "must be 0 (entered while another was valid)");
   row("late lost()", r.late_lost, "must be 0 (unpaused workers)");
   row("unsignalled expiries", r.unsignalled_expiries, "must be 0 (validity passed, no lost())");
+  row("deletions unnoticed", r.deletions_unnoticed, "must be 0 (admin-delete, lost() too late)");
+  row("left held", r.left_held, "must be 0 (the lock held by nobody after the run)");
   row("lost() signals", r.lost_signals, "");
   row("overlaps", r.overlaps, "raw mutual exclusion; after expiry: absorbed by the fence");
   row("  after expiry", r.overlaps_after_expiry, "");
-  row("  excused", r.overlaps_excused, "skewed clock, or no validity promised, during a fault");
+  row("  excused", r.overlaps_excused,
+      "skewed clock, no validity promised, or an admin-delete the holder learned of in time");
   std::fputs(fmt::format("  {:<22} {:>8.0f}  ms, longest, fault healed -> next critical section\n",
                          "unavailable after heal", ms(r.max_unavailable))
                  .c_str(),

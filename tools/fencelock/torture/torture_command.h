@@ -38,6 +38,7 @@ struct TortureArgs {
   bool unsafe_no_fence = false;  // the broken variant (--fence none): the register applies all
   std::string work_dir;          // where logs go; default a fresh directory under /tmp
   std::string server_control;    // for server-kill, e.g. scripts/servers.sh
+  int extra_leases = 2000;       // many-leases: long leases per worker besides the contended one
 };
 
 int torture_command(const TortureArgs& args);

@@ -96,6 +96,22 @@ int run_worker(const WorkerArgs& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
+  // many-leases: the Client's renewer carries these along with the contended lease.
+  std::vector<Lease> extra;
+  for (int i = 0; i < args.extra_leases && !g_stop; ++i) {
+    const auto extra_key = *LockKey::make(fmt::format("{}/extra/{}/{}", args.key, args.id, i));
+    for (int attempt = 0; attempt < 50 && !g_stop; ++attempt) {  // through faults, bounded
+      auto held = client->acquire(extra_key, {.ttl = std::chrono::seconds(60)});
+      if (held.ok()) {
+        extra.push_back(std::move(*held));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (args.extra_leases > 0) {
+    log->line(nlohmann::json{{"t", "extra"}, {"worker", args.id}, {"held", extra.size()}}.dump());
+  }
   const auto key = *LockKey::make(args.key);
   const std::chrono::milliseconds ttl(args.ttl_ms), half(args.critical_ms / 2);
   std::string last_error;

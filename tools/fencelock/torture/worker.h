@@ -6,7 +6,9 @@
 // looked. The first of every 8 critical sections lasts 3/4 TTL
 // between the read and the write, so the lease must be renewed while it is held. It does not stop
 // its critical section when lost() fires: it plays a holder that was paused or ignores the signal,
-// which the fence must absorb. SIGTERM ends it after the current cycle.
+// which the fence must absorb. SIGTERM ends it after the current cycle. With --extra-leases N it
+// first takes N long leases on keys KEY/extra/ID/I (TTL 60 s, renewed by the same Client) and
+// logs {"t":"extra","held":N}: the contended lease must still signal lost() in time.
 #pragma once
 
 #include <string>
@@ -21,6 +23,7 @@ struct WorkerArgs {
   int ttl_ms = 2000;
   int critical_ms = 20;
   std::string key = "torture";
+  int extra_leases = 0;  // long leases on other keys held for the whole run (many-leases)
 };
 
 int run_worker(const WorkerArgs& args);
