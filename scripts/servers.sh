@@ -22,7 +22,10 @@
 # PostgreSQL: one PostgreSQL 15 cluster in FENCELOCK_STATE_DIR/postgres (data/, postgres.log,
 # Unix socket) on 127.0.0.1 port FENCELOCK_PG_PORT (default 7201), created by the first start with
 # the role `fencelock` (password fencelock-test-pw) owning the database `fencelock`; stop keeps the
-# data (remove the directory for a fresh cluster). No fsync: for demos, not for data. As root,
+# data (remove the directory for a fresh cluster). No fsync, synchronous_commit off: for demos,
+# not for data (FENCELOCK_PG_WAL_WRITER_DELAY=10s also makes the WAL writer lazy, so that a crash
+# loses seconds of commits, as the torture's server-kill needs to test fencelock's own
+# synchronous_commit; it applies when the server starts). As root,
 # initdb and the server run as the OS user `postgres`. PostgreSQL 15 binaries come from
 # FENCELOCK_PG_BINDIR (default /usr/lib/postgresql/15/bin).
 # etcd: one 3-member etcd 3.4 cluster on 127.0.0.1, client ports FENCELOCK_ETCD_PORTS (default
@@ -250,7 +253,8 @@ postgres_start() {
     fi
     [[ -f $PG_DATA/PG_VERSION ]] || postgres_init_cluster
     if ! postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/postgres.log" \
-      -o "-p $PG_PORT" -w -t 30 start >/dev/null; then
+      -o "-p $PG_PORT${FENCELOCK_PG_WAL_WRITER_DELAY:+ -c wal_writer_delay=$FENCELOCK_PG_WAL_WRITER_DELAY}" \
+      -w -t 30 start >/dev/null; then
       tail -n 5 "$PG_DIR/postgres.log" >&2 || true
       die "postgres on port $PG_PORT did not start within 30 s (log: $PG_DIR/postgres.log)"
     fi

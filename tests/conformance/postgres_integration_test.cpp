@@ -8,6 +8,9 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+#include <signal.h>
+
 #include "fencelock/client.h"
 #include "fencelock/migrate.h"
 #include "support/postgres_server.h"
@@ -60,6 +63,74 @@ TEST(PostgresDurability, TokensNeverRepeatAfterACrashOfAServerWithAsynchronousCo
     auto after = client->acquire(key("durable-" + mode), {.ttl = 5s});
     ASSERT_TRUE(after.ok()) << mode << ": " << after.status().to_string();
     EXPECT_GT(after->token().value(), highest) << mode << ": a token repeated after the crash";
+  }
+}
+
+// Failover to a streaming standby, in both modes. The standby is made to lag (the primary's WAL
+// sender stopped); then the primary crashes and the standby is promoted. With synchronous
+// replication (synchronous_standby_names = '*') no grant completes while the standby lags, so every
+// token the new primary hands out is above every granted one. With asynchronous replication the
+// lagging standby lacks the last grants and hands out a token that was already granted (what
+// docs/PROTOCOLS.md warns of: fencelock requires synchronous replication for failover).
+TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
+  for (const bool synchronous : {true, false}) {
+    for (const std::string mode : {"lease", "advisory"}) {
+      SCOPED_TRACE(
+          fmt::format("{} standby, mode={}", synchronous ? "synchronous" : "asynchronous", mode));
+      auto primary = PostgresServer::start();
+      auto standby = PostgresServer::start_standby(*primary);
+      if (synchronous) {
+        primary->sql("ALTER SYSTEM SET synchronous_standby_names = '*'");
+        primary->sql("SELECT pg_reload_conf()");
+      }
+      const std::string state = synchronous ? "sync" : "async";
+      const auto until = std::chrono::steady_clock::now() + 30s;
+      while (primary->sql("SELECT sync_state FROM pg_stat_replication") != state &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(10ms);
+      }
+      ASSERT_EQ(primary->sql("SELECT sync_state FROM pg_stat_replication"), state);
+
+      std::uint64_t highest_granted = 0;
+      {
+        auto client = Client::connect(primary->uri() + "?mode=" + mode, {.io_timeout = 1s});
+        ASSERT_TRUE(client.ok()) << client.status().to_string();
+        const LockKey name = *LockKey::make("failover");
+        auto grant = [&] {
+          auto lease = client->acquire(name, {.ttl = 5s});
+          if (lease.ok()) {
+            highest_granted = std::max(highest_granted, lease->token().value());
+            EXPECT_TRUE(lease->release().ok());
+          }
+          return lease.code();
+        };
+        for (int i = 0; i < 3; ++i) ASSERT_EQ(grant(), Code::kOk);
+        // The primary's WAL sender stops: nothing more reaches the standby (a stopped receiver
+        // would still find the WAL in its socket buffer when it resumes).
+        const std::string sender = primary->sql("SELECT pid FROM pg_stat_replication");
+        ASSERT_FALSE(sender.empty());
+        ASSERT_EQ(::kill(static_cast<pid_t>(std::stol(sender)), SIGSTOP), 0);
+        // More than a sequence's 32 pre-logged values, so that a lagging standby's sequence is
+        // behind what was granted (asynchronous); a synchronous primary grants nothing now.
+        int granted_while_lagging = 0;
+        for (int i = 0; i < (synchronous ? 2 : 40); ++i)
+          granted_while_lagging += grant() == Code::kOk;
+        EXPECT_EQ(granted_while_lagging, synchronous ? 0 : 40);
+        primary->crash();  // its postmaster SIGKILLs the stopped sender after 5 s
+      }
+      standby->promote();
+      auto after = Client::connect(standby->uri() + "?mode=" + mode);
+      ASSERT_TRUE(after.ok()) << after.status().to_string();
+      auto lease = after->acquire(*LockKey::make("failover"), {.ttl = 5s});
+      ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+      if (synchronous) {
+        EXPECT_GT(lease->token().value(), highest_granted)
+            << "a token at or below one already granted after a failover";
+      } else {
+        EXPECT_LE(lease->token().value(), highest_granted)
+            << "the asynchronous standby was expected to lag (did the WAL receiver stop?)";
+      }
+    }
   }
 }
 

@@ -215,6 +215,55 @@ std::unique_ptr<PostgresServer> PostgresServer::start(PostgresServerOptions opti
   return server;
 }
 
+std::unique_ptr<PostgresServer> PostgresServer::start_standby(PostgresServer& primary) {
+  std::unique_ptr<PostgresServer> server(new PostgresServer(
+      primary.options_, primary.programs_, make_temp_dir("fencelock-postgres-standby-")));
+  server->pg_basebackup_ = find_in_bin_dir(bin_dir(), "pg_basebackup");
+  server->base_backup_of(primary);
+  const auto deadline = Clock::now() + kReadyTimeout;
+  for (int attempt = 1;; ++attempt) {
+    server->port_ = free_loopback_port();
+    server->launch();
+    try {
+      server->wait_for_postmaster(deadline);
+      break;
+    } catch (const std::runtime_error&) {
+      bool port_taken = server->log_since_launch().find(kPortTakenMessage) != std::string::npos;
+      if (!port_taken || attempt == kStartAttempts) throw;
+    }
+  }
+  server->wait_for_login(deadline);  // the roles came with the backup
+  return server;
+}
+
+void PostgresServer::base_backup_of(const PostgresServer& primary) {
+  if (as_root_) {
+    OsUser user = lookup_os_user(kServerOsUser);
+    check_reachable(dir_, user);
+    if (::chown(dir_.c_str(), user.uid, user.gid) != 0) {
+      throw_errno(fmt::format("chown {} to {}", dir_, kServerOsUser));
+    }
+  }
+  check_socket_path_length(dir_);
+  std::vector<std::string> argv = as_server_user(false);
+  argv.insert(argv.end(), {pg_basebackup_, "-D", data_directory(), "-h", primary.dir_, "-p",
+                           std::to_string(primary.port_), "-U", kSuperuser, "-R", "-X", "stream",
+                           "--no-sync", "-c", "fast"});
+  RunResult result = run_command(argv, {"PGDATA", "LC_ALL=C"}, "", std::chrono::seconds(120));
+  if (result.exit_code != 0) {
+    throw std::runtime_error(fmt::format("pg_basebackup of port {} failed (exit code {}):\n{}{}",
+                                         primary.port_, result.exit_code, result.stdout_text,
+                                         result.stderr_text));
+  }
+}
+
+void PostgresServer::promote() {
+  if (sql("SELECT pg_promote(true, 30)") != "t") {
+    throw std::runtime_error(
+        fmt::format("pg_promote on port {} did not finish within 30 s:\n{}", port_, log_tail()));
+  }
+}
+
 PostgresServer::PostgresServer(PostgresServerOptions options, Programs programs, std::string dir)
     : options_(std::move(options)),
       programs_(std::move(programs)),
@@ -346,6 +395,7 @@ bool PostgresServer::postmaster_ready() const {
   std::ifstream in(data_directory() + "/postmaster.pid");
   std::vector<std::string> lines;
   for (std::string line; lines.size() < 8 && std::getline(in, line);) lines.push_back(line);
+  // A hot standby says "standby" until it accepts connections, then "ready".
   return lines.size() == 8 && lines[0] == std::to_string(process_->pid()) &&
          lines[7].starts_with("ready");
 }

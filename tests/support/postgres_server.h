@@ -67,6 +67,14 @@ class PostgresServer {
   // the server exits or is not ready in time; std::invalid_argument if options.user is "postgres"
   // or a name is empty.
   static std::unique_ptr<PostgresServer> start(PostgresServerOptions options = {});
+  // A streaming hot standby of `primary` (pg_basebackup -R over primary's Unix socket, as the
+  // superuser) in a directory and on a port of its own, with primary's options; waits until it
+  // accepts read-only logins of the test role. Whether the primary waits for it is primary's
+  // synchronous_standby_names. Throws std::runtime_error like start().
+  static std::unique_ptr<PostgresServer> start_standby(PostgresServer& primary);
+  // A standby leaves recovery and becomes a primary (pg_promote, waiting at most 30 s).
+  void promote();
+
 
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -130,6 +138,7 @@ class PostgresServer {
 
   PostgresServer(PostgresServerOptions options, Programs programs, std::string dir);
   void initdb();
+  void base_backup_of(const PostgresServer& primary);
   void launch();  // spawns the postmaster on port_
   // Throw std::runtime_error when the postmaster exits or `deadline` passes first.
   void wait_for_postmaster(std::chrono::steady_clock::time_point deadline);
@@ -155,6 +164,7 @@ class PostgresServer {
   std::uint16_t port_ = 0;
   std::uintmax_t log_offset_ = 0;        // size of the log when the current postmaster started
   std::optional<ChildProcess> process_;  // empty before the first launch
+  std::string pg_basebackup_;            // for start_standby()
 };
 
 }  // namespace fencelock::testing
