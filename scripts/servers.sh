@@ -10,6 +10,9 @@
 #                               `start` brings it back (fencelock torture --server-control)
 #   scripts/servers.sh pause PORT / resume PORT  stop (SIGSTOP) / continue the Redis or etcd
 #                               server on PORT: a silent server (torture minority-stall)
+#   scripts/servers.sh fill PORT  write about 4 MB of junk keys to the Redis on PORT (memory
+#                               pressure: with FENCELOCK_REDIS_MAXMEMORY and an evicting
+#                               FENCELOCK_REDIS_POLICY the server evicts; torture evict)
 #   scripts/servers.sh admin-delete KIND KEY  take lock KEY away behind its holder's back, as an
 #                               operator would: KIND redis (DEL on every Redis), etcd (etcdctl
 #                               del of NAME/'s keys), postgres-lease (DELETE of its row),
@@ -97,6 +100,9 @@ redis_start_one() {
   rm -f "$dir/redis.pid"
   local persistence=(--appendonly no)
   [[ ${FENCELOCK_REDIS_APPENDONLY:-0} == 1 ]] && persistence=(--appendonly yes --appendfsync always)
+  # A small cache with an eviction policy, for the torture's evict fault.
+  [[ -n ${FENCELOCK_REDIS_MAXMEMORY:-} ]] && persistence+=(--maxmemory "$FENCELOCK_REDIS_MAXMEMORY")
+  [[ -n ${FENCELOCK_REDIS_POLICY:-} ]] && persistence+=(--maxmemory-policy "$FENCELOCK_REDIS_POLICY")
   redis-server --port "$port" --bind 127.0.0.1 --save "" "${persistence[@]}" --dir "$dir" \
     --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --protected-mode no
   if ! wait_until 100 redis_up "$port"; then
@@ -526,6 +532,17 @@ main() {
     pause | resume)
       [[ $# -eq 2 ]] || die "usage: $0 $action PORT"
       signal_port "$([[ $action == pause ]] && echo STOP || echo CONT)" "$2"
+      ;;
+    fill)
+      [[ $# -eq 2 ]] || die "usage: $0 fill PORT"
+      # pcall: a noeviction server answers OOM once full, which is the point, not a failure.
+      echo "redis 127.0.0.1:$2 fill: $(redis-cli -h 127.0.0.1 -p "$2" EVAL "
+        local ok = 0
+        for i = 1, 4000 do
+          if not redis.pcall('SET', 'junk:' .. ARGV[1] .. ':' .. i, string.rep('x', 1000)).err
+          then ok = ok + 1 end
+        end
+        return ok" 0 "$RANDOM$RANDOM") keys written"
       ;;
     admin-delete)
       [[ $# -eq 3 ]] || die "usage: $0 admin-delete KIND KEY"

@@ -156,6 +156,37 @@ TEST(FaultProxy, ABlackHoleHoldsTheBytesUntilTheFaultIsLifted) {
   ::close(fd);
 }
 
+// delay-one: one chunk (a request, or a reply) on one connection is held while another connection
+// flows: what was sent first arrives last (reordering across connections, not latency).
+TEST(FaultProxy, DelayOneHoldsOneChunkOnOneConnectionWhileOthersFlow) {
+  for (NetworkFault fault : {NetworkFault::kDelayOneRequest, NetworkFault::kDelayOneReply}) {
+    SCOPED_TRACE(fault == NetworkFault::kDelayOneRequest ? "request" : "reply");
+    EchoServer echo;
+    FaultProxy proxy("127.0.0.1", echo.port());
+    int a = dial(proxy.port());
+    int b = dial(proxy.port());
+    for (int fd : {a, b}) {
+      ASSERT_EQ(::send(fd, "x", 1, 0), 1);
+      ASSERT_EQ(read_n(fd, 1, 2s), "x");
+    }
+    proxy.set_fault(fault, 3s);
+    const std::uint64_t before = proxy.fault_actions();
+    ASSERT_EQ(::send(a, "first", 5, 0), 5);
+    const auto until = Clock::now() + 5s;
+    while (proxy.fault_actions() == before && Clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_GT(proxy.fault_actions(), before) << "nothing was held";
+    ASSERT_EQ(::send(b, "later", 5, 0), 5);
+    EXPECT_EQ(read_n(b, 5, 5s), "later") << "the other connection did not flow";
+    pollfd p{a, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "the held chunk arrived before the later one";
+    proxy.set_fault(NetworkFault::kNone);  // the held chunk keeps its due time
+    EXPECT_EQ(read_n(a, 5, 20s), "first");
+    ::close(a);
+    ::close(b);
+  }
+}
+
 TEST(FaultProxy, RefusesATargetThatIsNotAnIpv4Address) {
   EXPECT_THROW(FaultProxy("db.example", 5432), std::runtime_error);
 }

@@ -105,21 +105,22 @@ std::string write_control_script(const std::string& dir, RedisCluster& cluster) 
 }
 
 // Issue 12's fault classes on Redlock: the lock taken away behind the holder's back (its holder
-// must learn within a renewal period, and the next holder's overlap is then excused) and one of
-// three instances silent for 1.5 TTL while TTLs are short.
-TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAndAStalledMinority) {
+// must learn within a renewal period, and the next holder's overlap is then excused), one of
+// three instances silent for 1.5 TTL while TTLs are short, and one request or reply held past
+// later commands of other clients.
+TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAStalledMinorityAndADelayedCommand) {
   auto cluster = RedisCluster::start(3);
   const std::string dir = make_temp_dir("fencelock-torture-control-");
   const std::string control = write_control_script(dir, *cluster);
   auto r = torture(cluster->redlock_uri(),
-                   {"--duration", "20s", "--ttl", "1s", "--faults", "admin-delete,minority-stall",
-                    "--server-control", control},
+                   {"--duration", "24s", "--ttl", "1s", "--faults",
+                    "admin-delete,minority-stall,delay-one", "--server-control", control},
                    0);
   EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
   EXPECT_EQ(r.value("deletions_unnoticed", -1), 0) << r.dump();
   EXPECT_EQ(r.value("exclusion_violations", -1), 0) << r.dump();
   EXPECT_EQ(r.value("left_held", -1), 0) << r.dump();
-  for (const char* kind : {"admin-delete", "minority-stall"}) {
+  for (const char* kind : {"admin-delete", "minority-stall", "delay-one"}) {
     EXPECT_GE(r["by_fault"][kind].value("effective", 0), 1) << kind << ": " << r.dump();
   }
   remove_tree(dir);

@@ -171,10 +171,11 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "must all be 0. Verdict SAFE (exit 0), UNSAFE (exit 1), or INCONCLUSIVE (exit 2: too few\n"
       "grants or writes, a fault that never took effect, a failed control program).\n"
       "Faults: pause (SIGSTOP a holder past its TTL), kill (SIGKILL a worker, start another),\n"
-      "latency, drop, partition (through a TCP proxy per server on 127.0.0.1), skew, jump\n"
+      "latency, drop, partition, delay-one (one request or reply held 1.5 TTL: through a TCP\n"
+      "proxy per server on 127.0.0.1), skew, jump\n"
       "(libfaketime), server-kill, minority-stall (SIGSTOP one server), admin-delete (the lock\n"
       "taken away behind its holder: --server-control), many-leases (each worker also holds\n"
-      "--extra-leases long leases).\n\n"
+      "--extra-leases long leases), evict (memory pressure on Redis: PROGRAM fill PORT).\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,6 +67,7 @@ struct FaultProxy::Impl {
   std::mutex mu;
   NetworkFault fault = NetworkFault::kNone;  // GUARDED_BY(mu)
   std::chrono::milliseconds delay{0};        // GUARDED_BY(mu)
+  bool delay_one_left = false;               // GUARDED_BY(mu): a kDelayOne chunk still to hold
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> actions{0};
   std::list<Pair> pairs;  // owned by the loop thread
@@ -208,7 +210,20 @@ struct FaultProxy::Impl {
         const pollfd& in = fds[2 + 2 * i];
         const pollfd& out = fds[3 + 2 * i];
         if (in.revents & (POLLIN | POLLHUP | POLLERR)) {
-          read_into(*flow, now + now_delay, now_delay.count() > 0, *pair);
+          // The fault as it is now (set_fault() may have woken this poll), not as it was when
+          // the iteration began.
+          bool hold = false;
+          {
+            std::lock_guard lock(mu);
+            if (fault == NetworkFault::kLatency) {
+              hold = delay.count() > 0;
+            } else if ((fault == NetworkFault::kDelayOneRequest && flow == &pair->up) ||
+                       (fault == NetworkFault::kDelayOneReply && flow == &pair->down)) {
+              hold = std::exchange(delay_one_left, false);
+            }
+            now_delay = delay;
+          }
+          read_into(*flow, hold ? now + now_delay : now, hold, *pair);
         }
         if (out.revents & (POLLHUP | POLLERR)) pair->dead = true;
         write_due(*flow, now, *pair);
@@ -273,7 +288,12 @@ void FaultProxy::set_fault(NetworkFault fault, std::chrono::milliseconds delay) 
   {
     std::lock_guard lock(impl_->mu);
     impl_->fault = fault;
-    impl_->delay = fault == NetworkFault::kLatency ? delay : std::chrono::milliseconds(0);
+    const bool delays = fault == NetworkFault::kLatency ||
+                        fault == NetworkFault::kDelayOneRequest ||
+                        fault == NetworkFault::kDelayOneReply;
+    impl_->delay = delays ? delay : std::chrono::milliseconds(0);
+    impl_->delay_one_left =
+        fault == NetworkFault::kDelayOneRequest || fault == NetworkFault::kDelayOneReply;
   }
   ssize_t ignored = ::write(impl_->wake[1], "x", 1);
   (void)ignored;

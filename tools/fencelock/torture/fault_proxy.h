@@ -6,7 +6,10 @@
 // before forwarding it (both directions). kDrop resets every open connection and every new one
 // at once (a crashed or restarted server, as the client sees it). kBlackhole stops reading from
 // either side: bytes wait in the kernel's buffers and flow again when the fault is lifted, as
-// with a partition that heals before TCP gives up.
+// with a partition that heals before TCP gives up. kDelayOneRequest (kDelayOneReply) holds the
+// next chunk a client sends (a server answers) on one connection for `delay`, and what follows it
+// on that connection waits behind it as TCP would; every other connection flows: a release or a
+// renewal reply that arrives after later commands of other clients (reordering, not latency).
 //
 // Concurrency mechanism: one thread running a poll() loop over the listening socket and every
 // connection pair (non-blocking sockets); set_fault() wakes it through a pipe.
@@ -22,7 +25,7 @@
 
 namespace fencelock::torture {
 
-enum class NetworkFault { kNone, kLatency, kDrop, kBlackhole };
+enum class NetworkFault { kNone, kLatency, kDrop, kBlackhole, kDelayOneRequest, kDelayOneReply };
 
 class FaultProxy {
  public:
@@ -34,11 +37,12 @@ class FaultProxy {
   FaultProxy& operator=(const FaultProxy&) = delete;
 
   std::uint16_t port() const;
-  // `delay` applies to kLatency only.
+  // `delay` applies to kLatency and the kDelayOne faults.
   void set_fault(NetworkFault fault,
                  std::chrono::milliseconds delay = std::chrono::milliseconds(0));
   // How often a fault has acted since the proxy started: chunks held back by kLatency,
-  // connections reset or refused by kDrop, open connections frozen when a kBlackhole began. The
+  // connections reset or refused by kDrop, open connections frozen when a kBlackhole began, the
+  // chunk held by a kDelayOne fault. The
   // torture tester's evidence that a network fault took effect.
   std::uint64_t fault_actions() const;
 

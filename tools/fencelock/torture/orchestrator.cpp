@@ -57,7 +57,7 @@ std::string admin_kind(const std::string& uri) {
 
 bool needs_proxy(const std::vector<std::string>& faults) {
   for (const auto& f : faults)
-    if (f == "latency" || f == "drop" || f == "partition") return true;
+    if (f == "latency" || f == "drop" || f == "partition" || f == "delay-one") return true;
   return false;
 }
 
@@ -192,7 +192,7 @@ class Orchestrator {
       }
     }
     worker_uri_ = uri;
-    for (const char* kind : {"server-kill", "minority-stall", "admin-delete"}) {
+    for (const char* kind : {"server-kill", "minority-stall", "admin-delete", "evict"}) {
       if (wanted(settings_.faults, kind) && settings_.server_control.empty()) {
         throw std::invalid_argument(
             fmt::format("the fault {} needs --server-control PROGRAM (e.g. scripts/servers.sh "
@@ -203,7 +203,8 @@ class Orchestrator {
     if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
-    if (wanted(settings_.faults, "server-kill") || wanted(settings_.faults, "minority-stall")) {
+    if (wanted(settings_.faults, "server-kill") || wanted(settings_.faults, "minority-stall") ||
+        wanted(settings_.faults, "evict")) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
@@ -516,6 +517,23 @@ class Orchestrator {
     } else if (kind == "drop") {
       for (auto& p : proxies_) p->set_fault(NetworkFault::kDrop);
       fault.heal_at += milliseconds(300);
+    } else if (kind == "evict") {
+      // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
+      // evicts keys, fencelock's among them if its policy allows it.
+      fault.record.took_effect = true;
+      for (const HostPort& server : servers_) {
+        fault.record.took_effect &= run_control({"fill", std::to_string(server.port)});
+      }
+      if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
+      fault.heal_at += settings_.ttl;
+    } else if (kind == "delay-one") {
+      // One chunk on one connection to one server held for 1.5 TTL, in turn a request (a
+      // release, a renewal) and a reply: it arrives after later commands of other clients.
+      const std::size_t n = record.faults.size();
+      proxies_[n % proxies_.size()]->set_fault(
+          n % 2 == 0 ? NetworkFault::kDelayOneRequest : NetworkFault::kDelayOneReply,
+          settings_.ttl * 3 / 2);
+      fault.heal_at += settings_.ttl * 2;
     } else if (kind == "partition") {
       // A minority: (n - 1) / 2 of n servers, or the only one.
       const std::size_t cut = proxies_.size() == 1 ? 1 : (proxies_.size() - 1) / 2;
@@ -552,7 +570,7 @@ class Orchestrator {
     }
     for (auto& p : proxies_) p->set_fault(NetworkFault::kNone);
     if (fault.record.kind == "latency" || fault.record.kind == "drop" ||
-        fault.record.kind == "partition") {
+        fault.record.kind == "partition" || fault.record.kind == "delay-one") {
       const std::uint64_t acted = proxy_actions() - fault.proxy_actions_before;
       fault.record.took_effect = acted > 0;
       if (acted == 0) fault.record.note = "no connection was delayed, reset or frozen";
@@ -632,8 +650,9 @@ class Orchestrator {
 }  // namespace
 
 bool known_fault(const std::string& kind) {
-  for (const char* k : {"pause", "kill", "latency", "drop", "partition", "skew", "jump",
-                        "server-kill", "minority-stall", "admin-delete", "many-leases"})
+  for (const char* k :
+       {"pause", "kill", "latency", "drop", "partition", "skew", "jump", "server-kill",
+        "minority-stall", "admin-delete", "many-leases", "delay-one", "evict"})
     if (kind == k) return true;
   return false;
 }

@@ -67,10 +67,12 @@ Result<RunSettings> parse(const TortureArgs& args) {
     at = comma + 1;
     if (fault.empty() || fault == "none") continue;
     if (!known_fault(fault)) {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
-                                "jump, server-kill, minority-stall, admin-delete, many-leases)",
-                                fault));
+      return Status(
+          Code::kInvalidArgument,
+          fmt::format(
+              "unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
+              "jump, server-kill, minority-stall, admin-delete, many-leases, delay-one, evict)",
+              fault));
     }
     s.faults.push_back(fault);
   }
