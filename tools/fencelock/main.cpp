@@ -175,7 +175,8 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "proxy per server on 127.0.0.1), skew, jump\n"
       "(libfaketime), server-kill, minority-stall (SIGSTOP one server), admin-delete (the lock\n"
       "taken away behind its holder: --server-control), many-leases (each worker also holds\n"
-      "--extra-leases long leases), evict (memory pressure on Redis: PROGRAM fill PORT).\n\n"
+      "--extra-leases long leases), evict (memory pressure on Redis: PROGRAM fill PORT),\n"
+      "cancel-race (waits that time out or are cancelled about when a holder releases).\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);

@@ -155,6 +155,7 @@ struct ActiveFault {
   std::optional<int> jumped_worker;
   bool restart_servers = false;
   std::optional<std::uint16_t> resume_port;  // minority-stall: the paused server
+  bool racing = false;                       // cancel-race: the workers were told to race
   std::uint64_t proxy_actions_before = 0;
 };
 
@@ -264,6 +265,7 @@ class Orchestrator {
     record.control_failures = control_failures_;
     read_worker_logs(record);
     if (wanted(settings_.faults, "many-leases")) record.faults.push_back(many_leases(record));
+    races_seen(record);
     write_history(record);
     return record;
   }
@@ -286,6 +288,25 @@ class Orchestrator {
                       (*seen)->token.value());
       if (Clock::now() >= until) return holder;
       std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+
+  // A cancel-race took effect when some worker's wait ended (timed out or cancelled) inside it.
+  void races_seen(RunRecord& record) const {
+    std::vector<Nanos> ends;
+    for (int id = 0; id < settings_.workers; ++id) {
+      std::ifstream in(log_of(id));
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.value("t", "") == "race") ends.push_back(j.value("at", Nanos{0}));
+      }
+    }
+    for (InjectedFault& f : record.faults) {
+      if (f.kind != "cancel-race") continue;
+      const auto n = std::count_if(ends.begin(), ends.end(),
+                                   [&](Nanos at) { return at >= f.at && at <= f.healed_at; });
+      f.took_effect = n > 0;
+      f.note = fmt::format("{} waits ended by a timeout or cancel inside it", n);
     }
   }
 
@@ -517,6 +538,12 @@ class Orchestrator {
     } else if (kind == "drop") {
       for (auto& p : proxies_) p->set_fault(NetworkFault::kDrop);
       fault.heal_at += milliseconds(300);
+    } else if (kind == "cancel-race") {
+      // Waits that time out or are cancelled about when a holder releases (worker.h); a grant
+      // that races them must leave nothing held (RunRecord::left_held).
+      for (auto& w : workers_) w->signal(SIGUSR1);
+      fault.racing = true;
+      fault.heal_at += settings_.ttl * 2;
     } else if (kind == "evict") {
       // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
       // evicts keys, fencelock's among them if its policy allows it.
@@ -545,6 +572,9 @@ class Orchestrator {
   }
 
   void heal(ActiveFault& fault, RunRecord& record) {
+    if (fault.racing) {
+      for (auto& w : workers_) w->signal(SIGUSR2);
+    }
     if (fault.skewed_worker) {
       auto& w = workers_[static_cast<std::size_t>(*fault.skewed_worker)];
       w->kill_and_reap();
@@ -652,7 +682,7 @@ class Orchestrator {
 bool known_fault(const std::string& kind) {
   for (const char* k :
        {"pause", "kill", "latency", "drop", "partition", "skew", "jump", "server-kill",
-        "minority-stall", "admin-delete", "many-leases", "delay-one", "evict"})
+        "minority-stall", "admin-delete", "many-leases", "delay-one", "evict", "cancel-race"})
     if (kind == k) return true;
   return false;
 }

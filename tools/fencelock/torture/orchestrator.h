@@ -10,10 +10,11 @@
 // which only a fenced read can refuse.
 //
 // delay-one holds one chunk on one connection to one server for 1.5 TTL (in turn a request and a
-// reply) while the rest flows. evict runs `PROGRAM fill PORT` on every server (memory pressure).
-// minority-stall runs `PROGRAM pause PORT` and, 1.5 TTL later,
-// `PROGRAM resume PORT` (one server at a time); admin-delete runs `PROGRAM admin-delete KIND KEY`
-// (KIND redis, etcd, postgres-lease or postgres-advisory) once a worker is inside its critical
+// reply) while the rest flows. cancel-race makes the workers' waits end (time out or be
+// cancelled) about when a holder releases, for 2 TTL (SIGUSR1, SIGUSR2). evict runs `PROGRAM fill
+// PORT` on every server (memory pressure). minority-stall runs `PROGRAM pause PORT` and, 1.5 TTL
+// later, `PROGRAM resume PORT` (one server at a time); admin-delete runs `PROGRAM admin-delete KIND
+// KEY` (KIND redis, etcd, postgres-lease or postgres-advisory) once a worker is inside its critical
 // section; many-leases is no injection but a condition of the whole run (each worker holds
 // `extra_leases` long leases besides the contended one), recorded as one fault spanning the run.
 // After the workers exit, the orchestrator inspects the lock (RunRecord::left_held).
@@ -40,9 +41,9 @@ struct RunSettings {
   std::chrono::milliseconds duration{30'000};
   std::chrono::milliseconds ttl{2'000};
   std::chrono::milliseconds critical{20};
-  std::vector<std::string> faults;  // pause, kill, latency, drop, partition, skew, jump,
-                                    // server-kill, minority-stall, admin-delete, many-leases,
-                                    // delay-one, evict
+  std::vector<std::string> faults;     // pause, kill, latency, drop, partition, skew, jump,
+                                       // server-kill, minority-stall, admin-delete, many-leases,
+                                       // delay-one, evict, cancel-race
   FenceMode fence = FenceMode::kFull;  // kNone: the broken variant, the register applies everything
   std::string key = "torture";         // the lock the workers contend for
   // For the fault server-kill: a program run as `PROGRAM kill PORT` to crash the server on PORT

@@ -67,12 +67,11 @@ Result<RunSettings> parse(const TortureArgs& args) {
     at = comma + 1;
     if (fault.empty() || fault == "none") continue;
     if (!known_fault(fault)) {
-      return Status(
-          Code::kInvalidArgument,
-          fmt::format(
-              "unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
-              "jump, server-kill, minority-stall, admin-delete, many-leases, delay-one, evict)",
-              fault));
+      return Status(Code::kInvalidArgument,
+                    fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
+                                "jump, server-kill, minority-stall, admin-delete, many-leases, "
+                                "delay-one, evict, cancel-race)",
+                                fault));
     }
     s.faults.push_back(fault);
   }

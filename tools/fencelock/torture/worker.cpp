@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <stop_token>
 #include <thread>
 
 #include <fmt/format.h>
@@ -21,8 +24,10 @@ namespace fencelock::torture {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_racing{false};  // cancel-race: SIGUSR1 starts it, SIGUSR2 ends it
 
 extern "C" void on_term(int) { g_stop = true; }
+extern "C" void on_race(int signo) { g_racing = signo == SIGUSR1; }
 
 Nanos to_nanos(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -69,6 +74,9 @@ std::string lease_line(const WorkerArgs& args, std::uint64_t token, Nanos grante
 int run_worker(const WorkerArgs& args) {
   std::signal(SIGTERM, on_term);
   std::signal(SIGINT, on_term);
+  std::signal(SIGUSR1, on_race);
+  std::signal(SIGUSR2, on_race);
+  std::minstd_rand random(static_cast<unsigned>(::getpid()));
   auto log = std::make_shared<LogFile>(args.log);
   if (!log->ok()) return 70;
   RegisterClient reg(args.socket);
@@ -122,7 +130,36 @@ int run_worker(const WorkerArgs& args) {
     } catch (const std::exception&) {
       return 70;  // the orchestrator went away
     }
-    auto lease = client->acquire(key, {.ttl = ttl, .wait = std::chrono::seconds(5)});
+    // cancel-race: waits that end (time out, or are cancelled) about when a holder releases.
+    const bool racing = g_racing.load();
+    const std::chrono::milliseconds race_after(
+        1 + static_cast<int>(random() % static_cast<unsigned>(3 * args.critical_ms + 1)));
+    std::stop_source cancel;
+    std::optional<std::jthread> canceller;
+    AcquireOptions options{.ttl = ttl, .wait = std::chrono::seconds(5)};
+    if (racing && cycles % 2 == 0) {
+      options.wait = race_after;
+    } else if (racing) {
+      options.stop = cancel.get_token();
+      canceller.emplace([&cancel, race_after](std::stop_token stop) {
+        std::mutex mu;
+        std::condition_variable_any cv;
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, stop, race_after, [] { return false; });
+        cancel.request_stop();
+      });
+    }
+    auto lease = client->acquire(key, options);
+    canceller.reset();
+    if (racing && (lease.code() == Code::kCancelled || lease.code() == Code::kLocked)) {
+      log->line(nlohmann::json{{"t", "race"},
+                               {"worker", args.id},
+                               {"at", monotonic_now()},
+                               {"ended", std::string(code_name(lease.code()))}}
+                    .dump());
+      ++cycles;
+      continue;
+    }
     if (!lease.ok()) {
       if (lease.code() != Code::kLocked) {
         // One line per new error, for diagnosis: not every retry.
