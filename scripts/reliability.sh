@@ -6,7 +6,11 @@
 #   scripts/reliability.sh [RESULTS.jsonl] [-- SECONDS_PER_RUN (default 60)]
 #
 # FENCELOCK_BIN names the binary (default build/fencelock; a copy lets you keep building while
-# it runs); FENCELOCK_SKIP_BUILD=1 skips deps.sh and build.sh.
+# it runs); FENCELOCK_SKIP_BUILD=1 skips deps.sh and build.sh. FENCELOCK_RELIABILITY_GROUPS picks
+# the rows (default "base faults12": base = every backend x the first eight fault kinds, the AOF
+# row and the weaker fences; faults12 = the fault classes of issue 12: admin-delete, delay-one,
+# cancel-race, minority-stall, many-leases, evict, server-kill against a lazy WAL writer);
+# FENCELOCK_RELIABILITY_APPEND=1 adds to RESULTS instead of starting it afresh.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +31,8 @@ fi
 ./scripts/servers.sh start >/dev/null
 eval "$(./scripts/servers.sh env)"
 mkdir -p "$(dirname "$out")"
-: >"$out"
+[[ -n ${FENCELOCK_RELIABILITY_APPEND:-} ]] || : >"$out"
+groups=" ${FENCELOCK_RELIABILITY_GROUPS:-base faults12} "
 
 backends=(
   "redis $FENCELOCK_REDIS_URI"
@@ -49,12 +54,14 @@ run() {
     "$label" "$fault" "$seconds" "$line" >>"$out"
 }
 
+control=(--server-control "$PWD/scripts/servers.sh")
+if [[ $groups == *" base "* ]]; then
 for entry in "${backends[@]}"; do
   read -r label uri <<<"$entry"
   for fault in pause kill latency drop partition skew jump; do
     run "$label" "$uri" "$fault"
   done
-  run "$label" "$uri" server-kill --server-control "$PWD/scripts/servers.sh"
+  run "$label" "$uri" server-kill "${control[@]}"
 done
 # One Redis with the persistence fencing across restarts needs (AOF, appendfsync always), its own
 # port and state directory; the control program (servers.sh) inherits the environment.
@@ -68,20 +75,62 @@ unset FENCELOCK_SERVICES FENCELOCK_REDIS_PORTS FENCELOCK_REDIS_APPENDONLY FENCEL
 # The deliberately weaker fences: each must be caught (UNSAFE).
 run "redis, write-only fence" "$FENCELOCK_REDIS_URI" pause --fence write-only
 run "redis, no fence" "$FENCELOCK_REDIS_URI" pause --fence none
+fi
+if [[ $groups == *" faults12 "* ]]; then
+  for entry in "${backends[@]}"; do
+    read -r label uri <<<"$entry"
+    run "$label" "$uri" admin-delete "${control[@]}"
+    run "$label" "$uri" delay-one
+    run "$label" "$uri" cancel-race
+    # SIGSTOP works for Redis and etcd servers (a PostgreSQL backend is a process per session).
+    # Short TTLs (etcd's minimum is 2 s).
+    short=1s
+    [[ $label == etcd ]] && short=2s
+    [[ $label == pg_* ]] || run "$label" "$uri" minority-stall --ttl "$short" "${control[@]}"
+    # 5000 long leases per worker; the partition makes the contended lease expire unrenewed, so
+    # its lost() comes from the watchdog, whose lateness is counted.
+    run "$label" "$uri" many-leases,partition --extra-leases 5000
+  done
+  # A small Redis cache (4 MB) filled with junk keys: evicting (allkeys-lru, accepted with
+  # allow_eviction=true: what fencelock refuses by default) and not (noeviction).
+  for policy in allkeys-lru noeviction; do
+    small=(FENCELOCK_SERVICES=redis FENCELOCK_REDIS_PORTS=7121 FENCELOCK_REDIS_MAXMEMORY=4mb
+      FENCELOCK_REDIS_POLICY=$policy FENCELOCK_STATE_DIR=/tmp/fencelock-servers-$policy)
+    env "${small[@]}" ./scripts/servers.sh start >/dev/null
+    query=""
+    [[ $policy == allkeys-lru ]] && query="?allow_eviction=true"
+    (export "${small[@]}" && run "redis, $policy 4 MB" "redis://127.0.0.1:7121$query" evict \
+      --ttl 1s "${control[@]}")
+    env "${small[@]}" ./scripts/servers.sh stop >/dev/null
+  done
+  # PostgreSQL with synchronous_commit = off and a WAL writer that flushes every 10 s, crashed:
+  # the commits of the last seconds are lost unless fencelock forces synchronous_commit = on.
+  FENCELOCK_SERVICES=postgres ./scripts/servers.sh stop >/dev/null
+  FENCELOCK_SERVICES=postgres FENCELOCK_PG_WAL_WRITER_DELAY=10s ./scripts/servers.sh start >/dev/null
+  for entry in "pg_advisory $FENCELOCK_PG_URI" "pg_lease $FENCELOCK_PG_URI?mode=lease"; do
+    read -r label uri <<<"$entry"
+    (export FENCELOCK_PG_WAL_WRITER_DELAY=10s &&
+      run "$label, lazy WAL" "$uri" server-kill "${control[@]}")
+  done
+  FENCELOCK_SERVICES=postgres ./scripts/servers.sh stop >/dev/null
+  FENCELOCK_SERVICES=postgres ./scripts/servers.sh start >/dev/null
+fi
 
 # The table: one row per run.
 python3 - "$out" <<'PY'
 import json, sys
 cols = ["grants", "faults_injected", "fenced_violations", "lost_updates", "token_violations",
-        "exclusion_violations", "late_lost", "unsignalled_expiries", "overlaps", "stale_rejected"]
+        "exclusion_violations", "late_lost", "unsignalled_expiries", "deletions_unnoticed",
+        "left_held", "overlaps", "stale_rejected"]
 print("| backend | fault | verdict | " + " | ".join(c.replace("_", " ") for c in cols) +
       " | took effect | max unavailable after heal (ms) |")
 print("| --- " * (len(cols) + 5) + "|")
 for line in open(sys.argv[1]):
     row = json.loads(line)
     r = row["report"]
-    fault = r["by_fault"].get(row["fault"], {"count": 0, "effective": 0})
+    kind = row["fault"].split(",")[0]
+    fault = r["by_fault"].get(kind, {"count": 0, "effective": 0})
     print(f"| {row['label']} | {row['fault']} | {r['verdict']} | " +
-          " | ".join(str(r[c]) for c in cols) +
+          " | ".join(str(r.get(c, "")) for c in cols) +
           f" | {fault['effective']}/{fault['count']} | {r['max_unavailable_after_heal_ms']:.0f} |")
 PY
