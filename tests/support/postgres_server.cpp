@@ -199,17 +199,7 @@ std::unique_ptr<PostgresServer> PostgresServer::start(PostgresServerOptions opti
                                                             make_temp_dir("fencelock-postgres-")));
   server->initdb();
   const auto deadline = Clock::now() + kReadyTimeout;
-  for (int attempt = 1;; ++attempt) {
-    server->port_ = free_loopback_port();
-    server->launch();
-    try {
-      server->wait_for_postmaster(deadline);
-      break;
-    } catch (const std::runtime_error&) {
-      bool port_taken = server->log_since_launch().find(kPortTakenMessage) != std::string::npos;
-      if (!port_taken || attempt == kStartAttempts) throw;
-    }
-  }
+  server->launch_on_a_free_port(deadline);
   server->create_roles();
   server->wait_for_login(deadline);
   return server;
@@ -221,19 +211,23 @@ std::unique_ptr<PostgresServer> PostgresServer::start_standby(PostgresServer& pr
   server->pg_basebackup_ = find_in_bin_dir(bin_dir(), "pg_basebackup");
   server->base_backup_of(primary);
   const auto deadline = Clock::now() + kReadyTimeout;
+  server->launch_on_a_free_port(deadline);
+  server->wait_for_login(deadline);  // the roles came with the backup
+  return server;
+}
+
+void PostgresServer::launch_on_a_free_port(Clock::time_point deadline) {
   for (int attempt = 1;; ++attempt) {
-    server->port_ = free_loopback_port();
-    server->launch();
+    port_ = free_loopback_port();
+    launch();
     try {
-      server->wait_for_postmaster(deadline);
-      break;
+      wait_for_postmaster(deadline);
+      return;
     } catch (const std::runtime_error&) {
-      bool port_taken = server->log_since_launch().find(kPortTakenMessage) != std::string::npos;
+      bool port_taken = log_since_launch().find(kPortTakenMessage) != std::string::npos;
       if (!port_taken || attempt == kStartAttempts) throw;
     }
   }
-  server->wait_for_login(deadline);  // the roles came with the backup
-  return server;
 }
 
 void PostgresServer::base_backup_of(const PostgresServer& primary) {

@@ -75,7 +75,6 @@ class PostgresServer {
   // A standby leaves recovery and becomes a primary (pg_promote, waiting at most 30 s).
   void promote();
 
-
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
   // Immediate shutdown (SIGQUIT; SIGKILL after 10 s), reap, remove the temporary directory.
@@ -140,6 +139,9 @@ class PostgresServer {
   void initdb();
   void base_backup_of(const PostgresServer& primary);
   void launch();  // spawns the postmaster on port_
+  // launch() on a free port until the postmaster is ready, with fresh ports while another
+  // process takes ours.
+  void launch_on_a_free_port(std::chrono::steady_clock::time_point deadline);
   // Throw std::runtime_error when the postmaster exits or `deadline` passes first.
   void wait_for_postmaster(std::chrono::steady_clock::time_point deadline);
   void wait_for_login(std::chrono::steady_clock::time_point deadline);
