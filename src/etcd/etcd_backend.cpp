@@ -18,6 +18,7 @@
 #include "core/quorum.h"
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
+#include "etcd/etcd_own_keys.h"
 #include "fencelock/fence.h"
 
 namespace fencelock::detail {
@@ -51,6 +52,12 @@ struct Held {
   std::string name;
   std::string key;
   std::int64_t revision = 0;
+};
+
+// The grants of one session in a renewal round: the indices of their RenewItems, and their keys.
+struct HeldKeys {
+  std::vector<std::size_t> items;
+  std::vector<OwnKey> keys;
 };
 
 // The outcome of one acquisition on one session.
@@ -138,9 +145,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return std::make_unique<Sleeper>();
   }
 
+  // Per session: one keep-alive, then the own-key checks (etcd_own_keys.h): a lease whose key is
+  // gone or was re-created is rejected, the others are renewed.
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
     std::vector<RenewOutcome> out(items.size());
-    std::map<std::shared_ptr<Session>, std::vector<std::size_t>> by_session;
+    std::map<std::shared_ptr<Session>, HeldKeys> by_session;
     {
       std::lock_guard lock(mu_);
       for (std::size_t i = 0; i < items.size(); ++i) {
@@ -148,27 +157,20 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         if (it == held_.end()) {
           out[i].kind = RenewOutcome::kRejected;  // released or never granted here
         } else {
-          by_session[it->second.session].push_back(i);
+          HeldKeys& held = by_session[it->second.session];
+          held.items.push_back(i);
+          held.keys.push_back(OwnKey{it->second.key, it->second.revision});
         }
       }
     }
-    for (auto& [session, indices] : by_session) {
+    for (const auto& [session, held] : by_session) {
       const Clock::time_point sent = Clock::now();
-      std::int64_t ttl = 0;
-      grpc::Status status = session->dead
-                                ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
-                                : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
-      RenewOutcome::Kind kind = RenewOutcome::kUnknown;
-      if (status.ok() && ttl > 0) {
-        session->confirm(sent);
-        kind = RenewOutcome::kRenewed;
-      } else if ((status.ok() && ttl <= 0) || lease_not_found(status)) {
-        session->dead = true;
-        kind = RenewOutcome::kRejected;
-      }
-      for (std::size_t i : indices) {
-        out[i].kind = kind;
-        if (kind == RenewOutcome::kRenewed) {
+      const RenewOutcome::Kind kind = send_keep_alive(session, sent);
+      for (std::size_t i : held.items) out[i].kind = kind;
+      if (kind != RenewOutcome::kRenewed) continue;
+      check_own_keys(held, out);
+      for (std::size_t i : held.items) {
+        if (out[i].kind == RenewOutcome::kRenewed) {
           out[i].valid_until = validity_deadline(sent, items[i].ttl, options_.drift_factor);
         }
       }
@@ -436,6 +438,55 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return to_status(status, "release");
   }
 
+  // One keep-alive of `session` sent at `sent`: kRenewed (etcd answered a TTL), kRejected (the
+  // lease is gone) or kUnknown (no answer).
+  RenewOutcome::Kind send_keep_alive(const std::shared_ptr<Session>& session,
+                                     Clock::time_point sent) {
+    std::int64_t ttl = 0;
+    grpc::Status status = session->dead
+                              ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
+                              : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
+    if (status.ok() && ttl > 0) {
+      session->confirm(sent);
+      return RenewOutcome::kRenewed;
+    }
+    if ((status.ok() && ttl <= 0) || lease_not_found(status)) {
+      session->dead = true;
+      return RenewOutcome::kRejected;
+    }
+    return RenewOutcome::kUnknown;
+  }
+
+  // Confirms that every key of `held` still exists with its revision: the outcome of its item
+  // becomes kRejected for a key that is gone or re-created, and kUnknown for keys whose check got
+  // no answer (the checks after one without an answer are not sent: the round is retried soon).
+  void check_own_keys(const HeldKeys& held, std::vector<RenewOutcome>& out) {
+    const std::vector<pb::TxnRequest> checks = own_key_checks(held.keys);
+    bool answered = true;
+    for (std::size_t c = 0; c < checks.size(); ++c) {
+      pb::TxnResponse response;
+      if (answered) {
+        answered = conn_
+                       ->call(Clock::now() + options_.io_timeout,
+                              [&](Stubs& s, grpc::ClientContext& context) {
+                                return s.kv->Txn(&context, checks[c], &response);
+                              })
+                       .ok();
+      }
+      const std::vector<bool> still =
+          answered ? still_held(checks[c], response)
+                   : std::vector<bool>(static_cast<std::size_t>(checks[c].compare_size()));
+      for (std::size_t k = 0; k < still.size(); ++k) {
+        RenewOutcome& outcome = out[held.items[c * kMaxCompares + k]];
+        if (!answered) {
+          outcome.kind = RenewOutcome::kUnknown;
+        } else if (!still[k]) {
+          outcome.kind = RenewOutcome::kRejected;
+        }
+      }
+    }
+  }
+
   static pb::RangeRequest first_page(const std::string& name, bool descending) {
     pb::RangeRequest range;
     range.set_key(lock_prefix(name));
@@ -538,14 +589,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   // Sends a keep-alive for `session` if its last one is ttl/3 old. False when the lease is gone.
-  bool keep_session_alive(Session& session, bool force) {
-    if (!force && Clock::now() < session.confirmed() + session.ttl / 3) return true;
-    const Clock::time_point sent = Clock::now();
-    std::int64_t ttl = 0;
-    grpc::Status status = conn_->keep_alive(session.id, sent + options_.io_timeout, &ttl);
-    if (status.ok() && ttl > 0) session.confirm(sent);
-    if ((status.ok() && ttl <= 0) || lease_not_found(status)) session.dead = true;
-    return !session.dead;
+  bool keep_session_alive(const std::shared_ptr<Session>& session, bool force) {
+    if (!force && Clock::now() < session->confirmed() + session->ttl / 3) return true;
+    (void)send_keep_alive(session, Clock::now());
+    return !session->dead;
   }
 
   Attempt give_up(const OwnerId& owner, const Held& held, Status status) {
@@ -619,11 +666,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         }
       }
       // No renewer covers a waiter: it keeps its own session alive.
-      if (!keep_session_alive(*session, false)) return restart(call.owner, held);
+      if (!keep_session_alive(session, false)) return restart(call.owner, held);
       auto still_mine = recheck(held, &holder);
       if (!still_mine.ok()) return give_up(call.owner, held, still_mine.status());
       if (!*still_mine) {
-        (void)keep_session_alive(*session,
+        (void)keep_session_alive(session,
                                  /*force=*/true);  // tells a lost session from a deleted key
         return restart(call.owner, held);
       }
@@ -631,11 +678,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   Attempt grant(const AcquireCall& call, const Held& held) {
-    Session& session = *held.session;
+    const Session& session = *held.session;
     Clock::time_point valid =
         validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
     if (valid - Clock::now() < call.ttl / 2) {
-      if (!keep_session_alive(session, true)) return restart(call.owner, held);
+      if (!keep_session_alive(held.session, true)) return restart(call.owner, held);
       valid = validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
     }
     if (valid <= Clock::now()) {
