@@ -18,6 +18,7 @@
 #include "core/quorum.h"
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
+#include "etcd/etcd_own_keys.h"
 #include "fencelock/fence.h"
 
 namespace fencelock::detail {
@@ -45,12 +46,23 @@ struct Session {
   }
 };
 
-// An acquisition in progress or a grant: the own key and its create revision.
+// Held::revision of an own key that an ambiguous create (no answer) may have written: its
+// revision is unknown, so it is deleted without a compare, which is safe only while its
+// (session, lock) slot stays taken (no later acquisition of ours can own that key meanwhile).
+constexpr std::int64_t kUnknownRevision = -1;
+
+// An acquisition in progress or a grant: the own key and its create revision (0: not created).
 struct Held {
   std::shared_ptr<Session> session;
   std::string name;
   std::string key;
   std::int64_t revision = 0;
+};
+
+// The grants of one session in a renewal round: the indices of their RenewItems, and their keys.
+struct HeldKeys {
+  std::vector<std::size_t> items;
+  std::vector<OwnKey> keys;
 };
 
 // The outcome of one acquisition on one session.
@@ -62,6 +74,26 @@ struct Attempt {
 
 bool lease_not_found(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::NOT_FOUND;
+}
+
+// Whether a write that failed with `status` may still have been applied (no answer, or a server
+// error mid-way), as opposed to refused before it ran.
+bool may_have_applied(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return false;
+    default:
+      return true;
+  }
 }
 
 // Adds "create_revision(key) == revision" to the Txn's conditions (0: the key does not exist).
@@ -103,7 +135,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         return Status(Code::kUnavailable, "the etcd session was lost repeatedly");
       auto session = session_for(call.ttl);
       if (!session.ok()) return session.status();
-      if (Status slot = take_slot(**session, call); !slot.ok()) return slot;
+      if (Status slot = take_slot(*session, call); !slot.ok()) return slot;
       Attempt attempt = acquire_on(call, *session);
       if (attempt.grant) return *attempt.grant;
       free_slot((*session)->id, call.key.str());
@@ -138,9 +170,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return std::make_unique<Sleeper>();
   }
 
+  // Per session: first the deletes that failed earlier on it (settle(): no keep-alive while one
+  // is pending), then one keep-alive, then the own-key checks (etcd_own_keys.h): a lease whose
+  // key is gone or was re-created is rejected, the others are renewed.
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
     std::vector<RenewOutcome> out(items.size());
-    std::map<std::shared_ptr<Session>, std::vector<std::size_t>> by_session;
+    std::map<std::shared_ptr<Session>, HeldKeys> by_session;
     {
       std::lock_guard lock(mu_);
       for (std::size_t i = 0; i < items.size(); ++i) {
@@ -148,27 +183,20 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         if (it == held_.end()) {
           out[i].kind = RenewOutcome::kRejected;  // released or never granted here
         } else {
-          by_session[it->second.session].push_back(i);
+          HeldKeys& held = by_session[it->second.session];
+          held.items.push_back(i);
+          held.keys.push_back(OwnKey{it->second.key, it->second.revision});
         }
       }
     }
-    for (auto& [session, indices] : by_session) {
+    for (const auto& [session, held] : by_session) {
       const Clock::time_point sent = Clock::now();
-      std::int64_t ttl = 0;
-      grpc::Status status = session->dead
-                                ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
-                                : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
-      RenewOutcome::Kind kind = RenewOutcome::kUnknown;
-      if (status.ok() && ttl > 0) {
-        session->confirm(sent);
-        kind = RenewOutcome::kRenewed;
-      } else if ((status.ok() && ttl <= 0) || lease_not_found(status)) {
-        session->dead = true;
-        kind = RenewOutcome::kRejected;
-      }
-      for (std::size_t i : indices) {
-        out[i].kind = kind;
-        if (kind == RenewOutcome::kRenewed) {
+      const RenewOutcome::Kind kind = send_keep_alive(session, sent);
+      for (std::size_t i : held.items) out[i].kind = kind;
+      if (kind != RenewOutcome::kRenewed) continue;
+      check_own_keys(held, out);
+      for (std::size_t i : held.items) {
+        if (out[i].kind == RenewOutcome::kRenewed) {
           out[i].valid_until = validity_deadline(sent, items[i].ttl, options_.drift_factor);
         }
       }
@@ -184,10 +212,14 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (it == held_.end()) return Status::Ok();
       held = it->second;
     }
-    Status status = delete_own_key(held, deadline);
+    Status status = drop_own_key(held, deadline);
     forget(owner);
     free_slot(held.session->id, key.str());
-    return status;
+    if (status.ok()) return status;
+    return Status(status.code(),
+                  status.message() +
+                      " (the key stays tracked: it is deleted before its session's next "
+                      "keep-alive, or expires with the session within its TTL)");
   }
 
   Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
@@ -363,7 +395,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         validity_deadline(slot->confirmed(), slot->ttl, options_.drift_factor) > Clock::now()) {
       return slot;
     }
-    if (slot) revoke(*slot);  // frees the keys of grants already declared lost
+    if (slot) {
+      revoke(*slot);  // frees the keys of grants already declared lost, and undeleted ones
+      std::lock_guard held_lock(mu_);
+      drop_undeleted_locked(slot->id);
+    }
     slot.reset();
     pb::LeaseGrantRequest request;
     request.set_ttl(seconds.count());
@@ -396,11 +432,22 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   // Two acquisitions of one key on one session would share the own key: the second waits here
   // until the first is released (kLocked for a try, or when the wait runs out).
-  Status take_slot(const Session& session, const AcquireCall& call) {
-    const auto slot = std::make_pair(session.id, call.key.str());
+  // A slot taken by an own key whose delete failed (undeleted_) is settled first.
+  Status take_slot(const std::shared_ptr<Session>& session, const AcquireCall& call) {
+    const auto slot = std::make_pair(session->id, call.key.str());
+    bool undeleted = false;
+    {
+      std::lock_guard lock(mu_);
+      undeleted = undeleted_.contains(slot);
+    }
+    if (undeleted) (void)settle(session, Clock::now() + options_.io_timeout);
     std::unique_lock lock(mu_);
     auto free = [&] { return !slots_.contains(slot); };
     if (!free()) {
+      if (call.wait <= milliseconds(0) && undeleted_.contains(slot)) {
+        return Status(Code::kUnavailable,
+                      "the own key of an earlier release that got no answer is not deleted yet");
+      }
       if (call.wait <= milliseconds(0))
         return Status(Code::kLocked, "key is held by another owner");
       if (!slot_cv_.wait_until(lock, call.stop, call.deadline, free)) {
@@ -412,9 +459,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return Status::Ok();
   }
 
+  // Frees the slot, unless an own key whose delete failed still holds it (settle() frees it).
   void free_slot(std::int64_t lease, const std::string& name) {
     std::lock_guard lock(mu_);
-    slots_.erase(std::make_pair(lease, name));
+    const auto slot = std::make_pair(lease, name);
+    if (undeleted_.contains(slot)) return;
+    slots_.erase(slot);
     slot_cv_.notify_all();
   }
 
@@ -423,17 +473,132 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     held_.erase(owner.hex());
   }
 
-  // Compare create revision and delete: never removes a later grant's key.
+  // Compare create revision and delete: never removes a later grant's key. An own key of
+  // unknown revision is deleted as it is (its slot is taken: see kUnknownRevision).
   Status delete_own_key(const Held& held, Clock::time_point deadline) {
     if (held.revision == 0) return Status::Ok();
-    pb::TxnRequest request;
-    compare_create_revision(request, held.key, held.revision);
-    request.add_success()->mutable_request_delete_range()->set_key(held.key);
-    pb::TxnResponse response;
-    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
-      return s.kv->Txn(&c, request, &response);
-    });
+    grpc::Status status;
+    if (held.revision == kUnknownRevision) {
+      pb::DeleteRangeRequest request;
+      request.set_key(held.key);
+      pb::DeleteRangeResponse response;
+      status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+        return s.kv->DeleteRange(&c, request, &response);
+      });
+    } else {
+      pb::TxnRequest request;
+      compare_create_revision(request, held.key, held.revision);
+      request.add_success()->mutable_request_delete_range()->set_key(held.key);
+      pb::TxnResponse response;
+      status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+        return s.kv->Txn(&c, request, &response);
+      });
+    }
     return to_status(status, "release");
+  }
+
+  // delete_own_key(), and on failure (no answer: the key may well still be there, kept alive by
+  // its session) the key is tracked in undeleted_ until settle() deletes it. Its slot stays
+  // taken meanwhile (free_slot() leaves it).
+  Status drop_own_key(const Held& held, Clock::time_point deadline) {
+    Status status = delete_own_key(held, deadline);
+    if (!status.ok()) {
+      std::lock_guard lock(mu_);
+      undeleted_[std::make_pair(held.session->id, held.name)] = held;
+    }
+    return status;
+  }
+
+  // Retries the deletes that failed on `session` (undeleted_). True when none is left. The keys of
+  // a session that etcd reported gone (or that we revoked) went with its lease.
+  bool settle(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
+    std::vector<Held> pending;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [slot, held] : undeleted_) {
+        if (held.session == session) pending.push_back(held);
+      }
+      if (pending.empty()) return true;
+      if (session->dead) {
+        drop_undeleted_locked(session->id);
+        return true;
+      }
+    }
+    for (const Held& held : pending) {
+      if (!delete_own_key(held, deadline).ok()) return false;
+      std::lock_guard lock(mu_);
+      const auto slot = std::make_pair(held.session->id, held.name);
+      undeleted_.erase(slot);
+      slots_.erase(slot);
+      slot_cv_.notify_all();
+    }
+    return true;
+  }
+
+  // Forgets the undeleted keys of lease `lease` (gone or revoked: they went with it). REQUIRES:
+  // mu_.
+  void drop_undeleted_locked(std::int64_t lease) {
+    for (auto it = undeleted_.begin(); it != undeleted_.end();) {
+      if (it->first.first != lease) {
+        ++it;
+        continue;
+      }
+      slots_.erase(it->first);
+      it = undeleted_.erase(it);
+    }
+    slot_cv_.notify_all();
+  }
+
+  // One keep-alive of `session` sent at `sent`, after settle(): kRenewed (etcd answered a TTL),
+  // kRejected (the lease is gone) or kUnknown (no answer, or a failed delete is still pending: a
+  // keep-alive would keep that key alive too).
+  RenewOutcome::Kind send_keep_alive(const std::shared_ptr<Session>& session,
+                                     Clock::time_point sent) {
+    if (!session->dead && !settle(session, sent + options_.io_timeout))
+      return RenewOutcome::kUnknown;
+    std::int64_t ttl = 0;
+    grpc::Status status = session->dead
+                              ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
+                              : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
+    if (status.ok() && ttl > 0) {
+      session->confirm(sent);
+      return RenewOutcome::kRenewed;
+    }
+    if ((status.ok() && ttl <= 0) || lease_not_found(status)) {
+      session->dead = true;
+      return RenewOutcome::kRejected;
+    }
+    return RenewOutcome::kUnknown;
+  }
+
+  // Confirms that every key of `held` still exists with its revision: the outcome of its item
+  // becomes kRejected for a key that is gone or re-created, and kUnknown for keys whose check got
+  // no answer (the checks after one without an answer are not sent: the round is retried soon).
+  void check_own_keys(const HeldKeys& held, std::vector<RenewOutcome>& out) {
+    const std::vector<pb::TxnRequest> checks = own_key_checks(held.keys);
+    bool answered = true;
+    for (std::size_t c = 0; c < checks.size(); ++c) {
+      pb::TxnResponse response;
+      if (answered) {
+        answered = conn_
+                       ->call(Clock::now() + options_.io_timeout,
+                              [&](Stubs& s, grpc::ClientContext& context) {
+                                return s.kv->Txn(&context, checks[c], &response);
+                              })
+                       .ok();
+      }
+      const std::vector<bool> still =
+          answered ? still_held(checks[c], response)
+                   : std::vector<bool>(static_cast<std::size_t>(checks[c].compare_size()));
+      for (std::size_t k = 0; k < still.size(); ++k) {
+        RenewOutcome& outcome = out[held.items[c * kMaxCompares + k]];
+        if (!answered) {
+          outcome.kind = RenewOutcome::kUnknown;
+        } else if (!still[k]) {
+          outcome.kind = RenewOutcome::kRejected;
+        }
+      }
+    }
   }
 
   static pb::RangeRequest first_page(const std::string& name, bool descending) {
@@ -537,19 +702,16 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return true;
   }
 
-  // Sends a keep-alive for `session` if its last one is ttl/3 old. False when the lease is gone.
-  bool keep_session_alive(Session& session, bool force) {
-    if (!force && Clock::now() < session.confirmed() + session.ttl / 3) return true;
-    const Clock::time_point sent = Clock::now();
-    std::int64_t ttl = 0;
-    grpc::Status status = conn_->keep_alive(session.id, sent + options_.io_timeout, &ttl);
-    if (status.ok() && ttl > 0) session.confirm(sent);
-    if ((status.ok() && ttl <= 0) || lease_not_found(status)) session.dead = true;
-    return !session.dead;
+  // Sends a keep-alive for `session` if its last one is ttl/3 old (send_keep_alive: none while
+  // a failed delete on it is pending). False when the lease is gone.
+  bool keep_session_alive(const std::shared_ptr<Session>& session, bool force) {
+    if (!force && Clock::now() < session->confirmed() + session->ttl / 3) return true;
+    (void)send_keep_alive(session, Clock::now());
+    return !session->dead;
   }
 
   Attempt give_up(const OwnerId& owner, const Held& held, Status status) {
-    (void)delete_own_key(held, Clock::now() + options_.io_timeout);
+    (void)drop_own_key(held, Clock::now() + options_.io_timeout);
     forget(owner);
     return Attempt{std::move(status), std::nullopt, false};
   }
@@ -558,7 +720,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // etcd said this one is gone). Never marks a session dead on a guess: session_for() revokes
   // dead sessions, and a live one may carry valid grants.
   Attempt restart(const OwnerId& owner, const Held& held) {
-    (void)delete_own_key(held, Clock::now() + options_.io_timeout);
+    (void)drop_own_key(held, Clock::now() + options_.io_timeout);
     forget(owner);
     return Attempt{Status(Code::kUnavailable, "etcd session lost"), std::nullopt, true};
   }
@@ -574,15 +736,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       }
       // Ambiguous: the Txn may have created the own key. Its revision is unknown, but this
       // acquisition holds the (session, lock) slot, so no other grant of ours can own that key.
-      if (held.revision == 0) {
-        pb::DeleteRangeRequest erase;
-        erase.set_key(held.key);
-        pb::DeleteRangeResponse erased;
-        (void)conn_->call(Clock::now() + options_.io_timeout,
-                          [&](Stubs& s, grpc::ClientContext& c) {
-                            return s.kv->DeleteRange(&c, erase, &erased);
-                          });
-      }
+      if (held.revision == 0 && may_have_applied(created)) held.revision = kUnknownRevision;
       return give_up(call.owner, held, to_status(created, "acquire"));
     }
     {
@@ -619,11 +773,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         }
       }
       // No renewer covers a waiter: it keeps its own session alive.
-      if (!keep_session_alive(*session, false)) return restart(call.owner, held);
+      if (!keep_session_alive(session, false)) return restart(call.owner, held);
       auto still_mine = recheck(held, &holder);
       if (!still_mine.ok()) return give_up(call.owner, held, still_mine.status());
       if (!*still_mine) {
-        (void)keep_session_alive(*session,
+        (void)keep_session_alive(session,
                                  /*force=*/true);  // tells a lost session from a deleted key
         return restart(call.owner, held);
       }
@@ -631,11 +785,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   Attempt grant(const AcquireCall& call, const Held& held) {
-    Session& session = *held.session;
+    const Session& session = *held.session;
     Clock::time_point valid =
         validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
     if (valid - Clock::now() < call.ttl / 2) {
-      if (!keep_session_alive(session, true)) return restart(call.owner, held);
+      if (!keep_session_alive(held.session, true)) return restart(call.owner, held);
       valid = validity_deadline(session.confirmed(), call.ttl, options_.drift_factor);
     }
     if (valid <= Clock::now()) {
@@ -683,6 +837,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   std::condition_variable_any slot_cv_;
   std::set<std::pair<std::int64_t, std::string>> slots_;  // GUARDED_BY(mu_): (lease, lock) in use
   std::map<std::string, Held> held_;                      // GUARDED_BY(mu_): by owner id hex
+  // Own keys whose delete got no answer, by their (lease, lock) slot, which they keep taken. No
+  // keep-alive goes out for their session until settle() deleted them, so each is gone within
+  // its TTL of the failed delete even if it never succeeds.
+  std::map<std::pair<std::int64_t, std::string>, Held> undeleted_;  // GUARDED_BY(mu_)
 };
 
 std::string endpoint_text(const Endpoint& endpoint) {

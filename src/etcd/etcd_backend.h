@@ -6,6 +6,11 @@
 // predecessor's deletion and, on waking, check that their own key still exists (etcd issue
 // 11456). Keep-alives go out only through renew_all() (one LeaseKeepAlive per session per
 // round, however many locks) and from a waiting acquisition, which keeps its own session alive.
+// A renewal round also checks that each renewed lock's own key still exists with its create
+// revision (one Txn per 128 locks, etcd/etcd_own_keys.h): a key deleted behind the holder's back
+// (etcdctl del) rejects that lease. A delete of an own key that got no answer (a release, a
+// give-up) is retried before the session's next keep-alive, and none is sent until it succeeded,
+// so the key never outlives its TTL.
 // Validity is the client's steady clock: send time of the last answered keep-alive + TTL - drift.
 // See docs/PROTOCOLS.md ("etcd") for the full protocol and its limits.
 #pragma once

@@ -64,23 +64,36 @@ TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
 
   // The reverse: while fencelock run holds the lock, etcdctl lock waits for it.
   const std::string started = dir_ + "/started", finish = dir_ + "/finish";
-  ChildProcess holder = spawn_cli(
-      {"run", "--backend", backend, "shared-job", "--", "sh", "-c",
-       "touch '" + started + "'; while [ ! -e '" + finish + "' ]; do sleep 0.05; done"},
-      dir_ + "/holder.out", dir_ + "/holder.err");
+  ChildProcess holder =
+      spawn_cli({"run", "--backend", backend, "shared-job", "--", "sh", "-c",
+                 "touch '" + started + "'; while [ ! -e '" + finish + "' ]; do sleep 0.05; done"},
+                dir_ + "/holder.out", dir_ + "/holder.err");
   ASSERT_TRUE(wait_until([&] { return file_exists(started); }));
   const std::string second_out = dir_ + "/etcdctl2.out";
   ChildProcess contender = ChildProcess::spawn(
       {"etcdctl", "--endpoints=" + cluster_->endpoints(), "lock", "shared-job", "echo", "held"},
       {"ETCDCTL_API=3"}, second_out);
-  ASSERT_TRUE(wait_until([&] {
-    return keys_under("shared-job/") == 2;
-  }));
+  ASSERT_TRUE(wait_until([&] { return keys_under("shared-job/") == 2; }));
   EXPECT_EQ(read_file(second_out), "") << "etcdctl locked while fencelock run held the lock";
   std::ofstream(finish).put('\n');
   EXPECT_EQ(holder.wait_for(30s), std::optional<int>(0)) << read_file(dir_ + "/holder.err");
   EXPECT_EQ(contender.wait_for(30s), std::optional<int>(0));
   EXPECT_EQ(read_file(second_out), "held\n");
+}
+
+// An admin deletes the holder's key (`etcdctl del`) while `fencelock run` holds the lock: the
+// session lease lives on, but the lock is gone, so run stops the command and exits 73.
+TEST_F(CliEtcd, RunStopsTheCommandAndExits73WhenAnAdminDeletesItsKey) {
+  const std::string started = dir_ + "/started";
+  ChildProcess holder =
+      spawn_cli({"run", "--backend", cluster_->uri(), "--ttl", "3s", "deleted-job", "--", "sh",
+                 "-c", "touch '" + started + "'; exec sleep 60"},
+                dir_ + "/holder.out", dir_ + "/holder.err");
+  ASSERT_TRUE(wait_until([&] { return file_exists(started); })) << read_file(dir_ + "/holder.err");
+  ASSERT_EQ(cluster_->etcdctl({"del", "deleted-job/", "--prefix"}), "1\n");
+  EXPECT_EQ(holder.wait_for(15s), std::optional<int>(73)) << read_file(dir_ + "/holder.err");
+  EXPECT_NE(read_file(dir_ + "/holder.err").find("lost"), std::string::npos)
+      << read_file(dir_ + "/holder.err");
 }
 
 TEST_F(CliEtcd, ElectHoldsUntilSignalledWhileObserveAndWaitZeroSeeTheLeader) {
@@ -117,7 +130,8 @@ TEST_F(CliEtcd, ElectRefusesABackendWithoutElectionsAndATtlBelowTwoSeconds) {
   RunResult redis = run_cli({"elect", "--backend", "memory://", "jobs", "a"});
   EXPECT_EQ(redis.exit_code, 64) << redis.stderr_text;
   EXPECT_NE(redis.stderr_text.find("etcd://"), std::string::npos) << redis.stderr_text;
-  RunResult short_ttl = run_cli({"elect", "--backend", cluster_->uri(), "--ttl", "1s", "jobs", "a"});
+  RunResult short_ttl =
+      run_cli({"elect", "--backend", cluster_->uri(), "--ttl", "1s", "jobs", "a"});
   EXPECT_EQ(short_ttl.exit_code, 64) << short_ttl.stderr_text;
   EXPECT_TRUE(is_one_error_line(short_ttl.stderr_text)) << short_ttl.stderr_text;
   EXPECT_EQ(cluster_->etcdctl({"get", "jobs/", "--prefix", "--keys-only"}), "");

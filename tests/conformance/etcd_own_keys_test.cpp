@@ -1,0 +1,123 @@
+// The holder's own key NAME/<lease hex> on a real 3-member etcd 3.4 cluster, where it can go
+// (or stay) independently of the session lease that keeps it alive:
+//  - an admin deletes it (`etcdctl del`): the next client is granted at once, so the holder must
+//    learn it within a renewal round (ttl/3 plus the round's time): lost() fires, its renewal
+//    stops, and the Client's other locks on the same session carry on;
+//  - its release gets no answer (every connection reset while the delete is sent): while the
+//    Client's other locks keep the session lease alive, the key must still be gone within its
+//    TTL of the failed release, so that the next client is granted.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fencelock/client.h"
+#include "support/etcd_cluster.h"
+#include "support/lost_probe.h"
+#include "support/process.h"
+#include "torture/endpoints.h"
+#include "torture/fault_proxy.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using torture::FaultProxy;
+using torture::NetworkFault;
+
+long long ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+class EtcdOwnKeys : public ::testing::Test {
+ protected:
+  void SetUp() override { cluster_ = EtcdCluster::start(3); }
+
+  static Client connect(const std::string& uri, ClientOptions options = {}) {
+    auto client = Client::connect(uri, options);
+    if (!client.ok()) throw std::runtime_error("connect failed: " + client.status().to_string());
+    return std::move(*client);
+  }
+
+  std::unique_ptr<EtcdCluster> cluster_;
+};
+
+TEST_F(EtcdOwnKeys, AHolderWhoseKeyAnAdminDeletedIsToldItLostTheLockWithinARenewalRound) {
+  constexpr milliseconds ttl = 3s;
+  Client holder = connect(cluster_->uri()), other = connect(cluster_->uri());
+  const auto key = *LockKey::make("admin-delete");
+  auto victim = holder.acquire(key, {.ttl = ttl});
+  ASSERT_TRUE(victim.ok()) << victim.status().to_string();
+  auto bystander = holder.acquire(*LockKey::make("bystander"), {.ttl = ttl});  // same session
+  ASSERT_TRUE(bystander.ok()) << bystander.status().to_string();
+  LostProbe probe(*victim);
+
+  ASSERT_EQ(cluster_->etcdctl({"del", "admin-delete/", "--prefix"}), "1\n");
+  const auto deleted = Clock::now();
+  auto next = other.acquire(key, {.ttl = ttl});
+  ASSERT_TRUE(next.ok()) << "the deleted key did not free the lock: " << next.status().to_string();
+
+  ASSERT_TRUE(probe.wait(5 * ttl)) << "lost() never fired while another client holds the lock";
+  EXPECT_LT(*probe.fired_at() - deleted, ttl / 3 + 1s)
+      << "lost() fired " << ms(*probe.fired_at() - deleted) << " ms after the delete";
+  EXPECT_TRUE(victim->is_lost());
+  EXPECT_FALSE(next->is_lost());
+
+  // Renewal rounds go on for the bystander; the victim is not renewed any more.
+  const auto victim_until = victim->valid_until();
+  const auto bystander_until = bystander->valid_until();
+  ASSERT_TRUE(eventually([&] { return bystander->valid_until() > bystander_until; }, 2 * ttl))
+      << "no renewal round after the loss";
+  EXPECT_EQ(victim->valid_until(), victim_until) << "the lost lease was renewed";
+  EXPECT_FALSE(bystander->is_lost());
+
+  EXPECT_TRUE(victim->release().ok());  // its key is gone: nothing to delete, and not an error
+  auto held = other.inspect(key);
+  ASSERT_TRUE(held.ok() && held->has_value()) << held.status().to_string();
+  EXPECT_EQ((*held)->token, next->token()) << "the old holder's release touched the new key";
+}
+
+TEST_F(EtcdOwnKeys, AKeyWhoseReleaseFailedIsGoneWithinItsTtlWhileOtherLocksKeepTheSessionAlive) {
+  constexpr milliseconds ttl = 4s;
+  // The holder reaches every member through a proxy; the other client connects directly.
+  auto split = torture::split_uri(cluster_->uri());
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  std::vector<std::unique_ptr<FaultProxy>> proxies;
+  for (auto& host : split->hosts) {
+    proxies.push_back(std::make_unique<FaultProxy>(host.host, host.port));
+    host = torture::HostPort{"127.0.0.1", proxies.back()->port()};
+  }
+  auto cut = [&](NetworkFault fault) {
+    for (auto& proxy : proxies) proxy->set_fault(fault);
+  };
+  Client holder = connect(torture::join_uri(*split), {.connect_timeout = 2s, .io_timeout = 500ms});
+  Client other = connect(cluster_->uri());
+  const auto key = *LockKey::make("failed-release");
+  auto released = holder.acquire(key, {.ttl = ttl});
+  ASSERT_TRUE(released.ok()) << released.status().to_string();
+  auto kept = holder.acquire(*LockKey::make("keeps-the-session"), {.ttl = ttl});
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+
+  cut(NetworkFault::kDrop);  // resets every connection: the delete never reaches a member
+  const Status failed = released->release();
+  const auto failed_at = Clock::now();
+  cut(NetworkFault::kNone);
+  ASSERT_FALSE(failed.ok()) << "the release got through the fault";
+
+  auto next = other.acquire(key, {.ttl = ttl, .wait = ttl + 2s});
+  ASSERT_TRUE(next.ok()) << "the key of the failed release was still held "
+                         << ms(Clock::now() - failed_at)
+                         << " ms later: " << next.status().to_string()
+                         << (kept->is_lost() ? " (and the other lock was lost)" : "");
+  EXPECT_LT(Clock::now() - failed_at, ttl + 1s)
+      << "granted only " << ms(Clock::now() - failed_at) << " ms after the failed release";
+  EXPECT_FALSE(kept->is_lost()) << "the session was not kept alive: this test proves nothing";
+  EXPECT_TRUE(kept->release().ok());
+  EXPECT_TRUE(next->release().ok());
+}
+
+}  // namespace
+}  // namespace fencelock::testing
