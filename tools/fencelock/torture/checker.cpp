@@ -87,11 +87,15 @@ class Checker {
   // and its round trip.
   Nanos learn_bound() const { return margin_ / 3 + std::max(margin_ / 10, 200 * kMs); }
 
-  // Whether `lease` was taken away by an admin-delete before `t` and its holder learned in time.
+  // When an admin-delete was over (its control program returned; `at` in older records).
+  static Nanos done(const InjectedFault& f) { return std::max(f.at, f.done_at); }
+
+  // Whether `lease` was taken away by an admin-delete that began before `t` (granted before the
+  // delete was over) and its holder learned of it in time.
   bool deleted_and_told(const LeaseReport& lease, Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      return f.kind == "admin-delete" && lease.granted_at <= f.at && f.at <= t && lease.lost &&
-             lease.fired_at != 0 && lease.fired_at <= f.at + learn_bound();
+      return f.kind == "admin-delete" && lease.granted_at <= done(f) && f.at <= t && lease.lost &&
+             lease.fired_at != 0 && lease.fired_at <= done(f) + learn_bound();
     });
   }
 
@@ -285,16 +289,16 @@ class Checker {
   void check_deletions() {
     for (const InjectedFault& f : record_.faults) {
       if (f.kind != "admin-delete" || !f.took_effect) continue;
-      const Nanos bound = f.at + learn_bound();
+      const Nanos bound = done(f) + learn_bound();
       for (const LeaseReport& lease : record_.leases) {
-        if (lease.granted_at > f.at || lease.observed_at <= bound) continue;
+        if (lease.granted_at > done(f) || lease.observed_at <= bound) continue;
         if (lease.lost && lease.fired_at != 0 && lease.fired_at <= bound) continue;
         if (paused_between(lease.worker, f.at, bound)) continue;
         report_.deletions_unnoticed++;
         violation(lease.lost
                       ? fmt::format("admin-delete: worker {} (token {}) learned of it "
                                     "{:.1f} ms later (bound {:.1f} ms)",
-                                    lease.worker, lease.token, ms(lease.fired_at - f.at),
+                                    lease.worker, lease.token, ms(lease.fired_at - done(f)),
                                     ms(learn_bound()))
                       : fmt::format("admin-delete: worker {} (token {}) never learned of "
                                     "it ({:.1f} ms later it still held its lease)",
@@ -348,7 +352,7 @@ class Checker {
       // A holder was there: a lease granted before the delete and still held after it.
       const bool held =
           std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
-            return l.granted_at <= f.at && l.observed_at >= f.at && l.observed_at <= until;
+            return l.granted_at <= done(f) && l.observed_at >= f.at && l.observed_at <= until;
           });
       return held ? "" : "no lease was held at the moment of the delete";
     }

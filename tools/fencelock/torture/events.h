@@ -88,7 +88,8 @@ struct InjectedFault {
   // proxies delayed, reset or froze something; server-kill: the control program succeeded both
   // ways and the server's port refused connections while it was down.
   bool took_effect = false;
-  std::string note;  // why not, or a detail ("control program exited 1")
+  Nanos done_at = 0;  // admin-delete: when the control program returned (the delete was over)
+  std::string note;   // why not, or a detail ("control program exited 1")
 };
 
 struct RunRecord {

@@ -530,6 +530,9 @@ class Orchestrator {
       if (auto inside = reg_->worker_inside()) hit(*inside);
       fault.record.at = monotonic_now();
       fault.record.took_effect = run_control({"admin-delete", admin_kind(uri_), settings_.key});
+      // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
+      // can lose its key too: the delete is over when the program returns.
+      fault.record.done_at = monotonic_now();
       if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
       fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
@@ -636,6 +639,7 @@ class Orchestrator {
                             {"worker", f.worker},
                             {"pid", f.pid},
                             {"took_effect", f.took_effect},
+                            {"done_at", f.done_at},
                             {"note", f.note}}
                  .dump()
           << "\n";
