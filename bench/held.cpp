@@ -6,8 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
+#include <limits>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -146,6 +152,89 @@ ServerCount server_requests(const std::string& uri) {
   return {};
 }
 
+// The probe leases' TTL: 20 ms, or the backend's minimum TTL where that is longer.
+std::chrono::milliseconds probe_ttl(const std::string& uri) {
+  if (uri.starts_with("postgres")) return std::chrono::milliseconds(1'000);
+  if (uri.starts_with("etcd://")) return std::chrono::milliseconds(2'000);
+  return std::chrono::milliseconds(20);
+}
+
+// When lost() fired relative to valid_until() for short leases taken while the others are held.
+struct Lateness {
+  int probes = 0;
+  int late = 0;          // fired after valid_until()
+  int granted_late = 0;  // of those, granted after valid_until() (the backend held up the grant)
+  int missing = 0;       // did not fire within a second after valid_until()
+  double worst_ms = 0;   // max over the probes that fired of (fired_at - valid_until); < 0: early
+  double worst_in_time_ms = 0;  // the same over the probes granted before valid_until()
+};
+
+// Takes `count` probe leases with renewal off, one every `spacing`, so that the watchdog is
+// what declares each lost, and records when lost() fired. DESIGN.md section 1.1: that time must
+// not depend on how many leases the Client holds.
+Lateness measure_lost_lateness(Client& client, int leases, std::chrono::milliseconds ttl, int count,
+                               Clock::duration spacing) {
+  struct Probe {
+    Clock::time_point valid_until;
+    Clock::time_point granted_at;               // when acquire() returned
+    std::optional<Clock::time_point> fired_at;  // GUARDED_BY(mu)
+  };
+  std::mutex mu;
+  std::condition_variable fired;
+  std::deque<Probe> probes;  // stable addresses for the callbacks; outlives `held`
+  std::vector<Lease> held;
+  const auto start = Clock::now();
+  for (int i = 0; i < count; ++i) {
+    std::this_thread::sleep_until(start + i * spacing);
+    auto key = LockKey::make(fmt::format("bench/held/{}/probe/{}", leases, i));
+    auto lease = client.acquire(*key, {.ttl = ttl, .renew = false});
+    const auto granted_at = Clock::now();
+    if (!lease.ok()) throw std::runtime_error("held: probe lease: " + lease.status().to_string());
+    Probe* probe = nullptr;
+    {
+      std::lock_guard lock(mu);
+      probe = &probes.emplace_back(Probe{lease->valid_until(), granted_at, std::nullopt});
+    }
+    lease->on_lost([&mu, &fired, probe] {
+      std::lock_guard lock(mu);
+      probe->fired_at = Clock::now();
+      fired.notify_all();
+    });
+    held.push_back(std::move(*lease));
+  }
+  std::unique_lock lock(mu);
+  const auto bound =
+      probes.empty() ? Clock::now() : probes.back().valid_until + std::chrono::seconds(1);
+  fired.wait_until(lock, bound, [&] {
+    return std::all_of(probes.begin(), probes.end(),
+                       [](const Probe& p) { return p.fired_at.has_value(); });
+  });
+  Lateness out;
+  out.worst_ms = std::numeric_limits<double>::lowest();
+  out.worst_in_time_ms = std::numeric_limits<double>::lowest();
+  for (const Probe& p : probes) {
+    ++out.probes;
+    if (!p.fired_at) {
+      ++out.missing;
+      continue;
+    }
+    const double late_ms =
+        std::chrono::duration<double, std::milli>(*p.fired_at - p.valid_until).count();
+    out.worst_ms = std::max(out.worst_ms, late_ms);
+    if (late_ms > 0) ++out.late;
+    if (p.granted_at > p.valid_until) {
+      if (late_ms > 0) ++out.granted_late;
+    } else {
+      out.worst_in_time_ms = std::max(out.worst_in_time_ms, late_ms);
+    }
+  }
+  if (out.worst_ms == std::numeric_limits<double>::lowest()) out.worst_ms = 0;
+  if (out.worst_in_time_ms == std::numeric_limits<double>::lowest()) out.worst_in_time_ms = 0;
+  lock.unlock();
+  for (auto& lease : held) (void)lease.release();
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json run_held(const HeldConfig& config) {
@@ -181,6 +270,9 @@ nlohmann::json run_held(const HeldConfig& config) {
 
   std::size_t lost = 0;
   for (const auto& lease : held) lost += lease.is_lost() ? 1 : 0;
+  // After the measured window, so that the probes count in neither its requests nor its CPU.
+  const Lateness lateness = measure_lost_lateness(*client, config.leases, probe_ttl(config.uri),
+                                                  config.lost_probes, config.lost_probe_spacing);
   const double rounds = static_cast<double>(after.renew_latency.count - before.renew_latency.count);
   const double renewed = static_cast<double>(after.renewals - before.renewals);
   const double cpu_share = static_cast<double>(cpu.count()) / 1e6 / seconds;
@@ -198,10 +290,17 @@ nlohmann::json run_held(const HeldConfig& config) {
   fmt::print(
       "{:<8} held         {} leases, TTL {} s: {:.2f} renewal wake-ups/s, {:.0f} leases renewed/s, "
       "{} requests per renewal round, client CPU {:.2f}% of a core, {:.0f} bytes/lease, "
-      "lost {}\n",
+      "lost {}, lost() of {} short leases (TTL {} ms, renewal off) at worst {:+.1f} ms after "
+      "valid_until ({} late{}{})\n",
       config.label, config.leases, config.ttl.count() / 1000, rounds / seconds, renewed / seconds,
       servers > 0 ? fmt::format("{:.1f} ({:.1f} per server)", per_round, per_server_round) : "n/a",
-      100 * cpu_share, bytes_per_lease, lost);
+      100 * cpu_share, bytes_per_lease, lost, lateness.probes, probe_ttl(config.uri).count(),
+      lateness.worst_ms, lateness.late,
+      lateness.granted_late > 0
+          ? fmt::format(", {} of them granted after it; the others at worst {:+.1f} ms",
+                        lateness.granted_late, lateness.worst_in_time_ms)
+          : "",
+      lateness.missing > 0 ? fmt::format(", {} never fired", lateness.missing) : "");
   nlohmann::json out = {{"backend", config.label},
                         {"scenario", "held"},
                         {"leases", config.leases},
@@ -216,7 +315,14 @@ nlohmann::json run_held(const HeldConfig& config) {
                         {"client_cpu_share", cpu_share},
                         {"bytes_per_lease", bytes_per_lease},
                         {"renewal_failures", after.renewal_failures - before.renewal_failures},
-                        {"lost", lost}};
+                        {"lost", lost},
+                        {"lost_probes", lateness.probes},
+                        {"lost_probe_ttl_ms", probe_ttl(config.uri).count()},
+                        {"lost_probes_late", lateness.late},
+                        {"lost_probes_granted_late", lateness.granted_late},
+                        {"lost_worst_granted_in_time_ms", lateness.worst_in_time_ms},
+                        {"lost_probes_missing", lateness.missing},
+                        {"lost_worst_after_valid_until_ms", lateness.worst_ms}};
   if (servers > 0) {
     out["servers"] = servers;
     out["server_requests_per_s"] = requests / seconds;

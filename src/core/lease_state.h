@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/deadline_heap.h"
 #include "fencelock/types.h"
 
 namespace fencelock::detail {
@@ -46,6 +47,15 @@ struct LeaseState {
   std::mutex callbacks_mu;
   std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>>
       callbacks;  // GUARDED_BY(callbacks_mu)
+
+  // The Renewer's bookkeeping (core/renewer.h), kept here so that a held lease costs it no map
+  // entry: the lease's places in its schedules.
+  std::size_t fire_slot = kNotInHeap;  // lost() schedule; GUARDED_BY(Renewer::watch_mu_)
+  Clock::time_point next_renew{};      // renewal thread only, from here down
+  std::size_t due_slot = kNotInHeap;   // renewal schedule, by next_renew
+  std::size_t join_slot = kNotInHeap;  // renewal schedule, by next_renew - ttl/6
+  bool in_round = false;               // taken into the renewal round in flight
+  bool renewal_removed = false;        // remove() reached the renewal thread
 };
 
 }  // namespace fencelock::detail

@@ -22,6 +22,11 @@ std::string_view loss_reason(const LeaseState& lease, bool rejected) {
   return "no renewal was confirmed before its validity ended";
 }
 
+// When the watchdog fires lost() unless the lease is renewed first.
+Clock::time_point fire_time(const LeaseState& lease) {
+  return lease.valid_until() - Renewer::lost_guard(lease.ttl);
+}
+
 }  // namespace
 
 milliseconds Renewer::lost_guard(milliseconds ttl) {
@@ -41,48 +46,98 @@ Renewer::~Renewer() {
 }
 
 void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
-  std::lock_guard lock(mu_);
+  {
+    std::lock_guard watch(watch_mu_);
+    const Clock::time_point fire_at = fire_time(*lease);
+    fire_.schedule(lease, fire_at);
+    if (fire_at < watchdog_planned_) {
+      ++watchdog_version_;
+      watchdog_cv_.notify_all();
+    }
+  }
+  if (!lease->renew) return;
   Clock::time_point start = lease->valid_until() - lease->ttl;  // conservative send-time estimate
-  Entry& entry = entries_[lease.get()];
-  entry = Entry{lease, std::max(start + lease->ttl / 3, Clock::now())};
-  // Wake a thread only when the new lease is due before the time it already plans to wake at:
-  // the common case (a lease like the others) costs no context switch on the acquire path.
-  if (lease->renew && entry.next_renew < renew_planned_) {
+  const Clock::time_point next_renew = std::max(start + lease->ttl / 3, Clock::now());
+  std::lock_guard lock(inbox_mu_);
+  inbox_.push_back(Posted{false, lease, next_renew});
+  // Wake the renewal thread only when the new lease is due before the time it already plans to
+  // wake at, or its inbox is full: the common case (a lease like the others) costs no context
+  // switch on the acquire path.
+  const bool asleep = renew_planned_ != Clock::time_point::min();
+  if (next_renew < renew_planned_ || (asleep && inbox_.size() >= kInboxWake)) {
     ++renew_version_;
     renew_cv_.notify_all();
-  }
-  if (lease->valid_until() - lost_guard(lease->ttl) < watchdog_planned_) {
-    ++watchdog_version_;
-    watchdog_cv_.notify_all();
   }
 }
 
 void Renewer::remove(const LeaseState* lease) {
-  std::lock_guard lock(mu_);
-  entries_.erase(lease);  // a thread planning to wake for it wakes, finds nothing, re-plans
+  // Every LeaseState is created mutable (make_shared); the pointer only names the lease.
+  LeaseState& state = const_cast<LeaseState&>(*lease);
+  std::shared_ptr<LeaseState> held;
+  {
+    std::lock_guard watch(watch_mu_);
+    held = fire_.remove(state);  // a thread planning to wake for it wakes, finds nothing, re-plans
+  }
+  // Not watched any more (declared lost, or dropped after a rejection): the renewal thread drops
+  // it when it meets it, or has already; a lost lease is never renewed again.
+  if (held == nullptr || !state.renew) return;
+  std::lock_guard lock(inbox_mu_);
+  inbox_.push_back(Posted{true, std::move(held), {}});
+  if (renew_planned_ != Clock::time_point::min() && inbox_.size() >= kInboxWake) {
+    ++renew_version_;
+    renew_cv_.notify_all();
+  }
 }
 
 void Renewer::pause_renewals_for_testing(bool paused) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(inbox_mu_);
   paused_ = paused;
   ++renew_version_;
   renew_cv_.notify_all();
 }
 
 std::uint64_t Renewer::rounds() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(inbox_mu_);
   return rounds_;
 }
 
-void Renewer::renew_loop(std::stop_token stop) {
-  std::unique_lock lock(mu_);
-  while (!stop.stop_requested()) {
-    Clock::time_point next = Clock::time_point::max();
-    if (!paused_) {
-      for (const auto& [_, e] : entries_) {
-        if (e.lease->renew) next = std::min(next, e.next_renew);
-      }
+Renewer::Work Renewer::work_for_testing() const {
+  std::lock_guard lock(inbox_mu_);
+  std::lock_guard watch(watch_mu_);
+  return Work{watchdog_work_, renewal_work_};
+}
+
+void Renewer::schedule_renewal(const std::shared_ptr<LeaseState>& lease) {
+  due_.schedule(lease, lease->next_renew);
+  joinable_.schedule(lease, lease->next_renew - lease->ttl / 6);
+}
+
+void Renewer::apply(std::vector<Posted>& posted) {
+  for (Posted& change : posted) {
+    LeaseState& lease = *change.lease;
+    if (change.remove) {
+      lease.renewal_removed = true;  // keeps it out of the round in flight, if it is in one
+      due_.remove(lease);
+      joinable_.remove(lease);
+    } else if (!lease.renewal_removed) {
+      lease.next_renew = change.next_renew;
+      schedule_renewal(change.lease);
     }
+  }
+  posted.clear();
+}
+
+void Renewer::renew_loop(std::stop_token stop) {
+  std::vector<Posted> posted;
+  while (!stop.stop_requested()) {
+    apply(posted);  // outside inbox_mu_: add() and remove() never wait for it
+    std::unique_lock lock(inbox_mu_);
+    if (!inbox_.empty()) {
+      posted.swap(inbox_);
+      continue;
+    }
+    Clock::time_point next = Clock::time_point::max();
+    if (!paused_ && !due_.empty()) next = due_.earliest();
     if (next > Clock::now()) {
       std::uint64_t seen = renew_version_;
       auto changed = [&] { return renew_version_ != seen; };
@@ -93,68 +148,106 @@ void Renewer::renew_loop(std::stop_token stop) {
         renew_cv_.wait_until(lock, stop, next, changed);
       }
       renew_planned_ = Clock::time_point::min();  // awake: add() need not wake this thread
-      continue;                                   // re-plan: entries may have changed
+      continue;                                   // re-plan: the inbox may hold changes
     }
-    run_round(lock);
+    lock.unlock();
+    run_round();
   }
 }
 
-void Renewer::run_round(std::unique_lock<std::mutex>& lock) {
+void Renewer::run_round() {
   Clock::time_point now = Clock::now();
+  // Every lease within its window joins, not only those whose renewal time came: take them from
+  // joinable_, and out of due_ too; the outcome puts each back (or drops it).
   std::vector<std::shared_ptr<LeaseState>> due;
-  for (const auto& [_, e] : entries_) {
-    if (e.lease->renew && e.next_renew <= now + e.lease->ttl / 6) due.push_back(e.lease);
+  std::uint64_t examined = 0;
+  while (!joinable_.empty() && joinable_.earliest() <= now) {
+    std::shared_ptr<LeaseState> lease = joinable_.pop();
+    due_.remove(*lease);
+    ++examined;
+    // Declared lost (the watchdog reports it) or being released: never renewed again.
+    if (lease->lost_source.stop_requested()) continue;
+    lease->in_round = true;
+    due.push_back(std::move(lease));
   }
+  // The round is chosen here: a removal posted before keeps its lease out of it; one posted
+  // after finds the round counted in rounds() (remove()'s promise).
+  std::size_t live = due.size();
+  std::vector<Posted> late;
+  {
+    std::lock_guard lock(inbox_mu_);
+    for (const Posted& change : inbox_) {
+      if (change.remove && change.lease->in_round) --live;
+    }
+    late.swap(inbox_);
+    renewal_work_ += examined;
+    if (live > 0) ++rounds_;
+  }
+  apply(late);
+  std::vector<std::shared_ptr<LeaseState>> sent;
   std::vector<RenewItem> items;
-  items.reserve(due.size());
-  for (const auto& lease : due) {
-    items.push_back(RenewItem{&lease->key, &lease->owner, lease->ttl,
-                              lease->valid_until() - lost_guard(lease->ttl), &lease->backend_key});
+  sent.reserve(live);
+  items.reserve(live);
+  for (auto& lease : due) {
+    lease->in_round = false;
+    if (lease->renewal_removed) continue;
+    items.push_back(
+        RenewItem{&lease->key, &lease->owner, lease->ttl, fire_time(*lease), &lease->backend_key});
+    sent.push_back(std::move(lease));
   }
-  ++rounds_;
-  lock.unlock();
+  if (sent.empty()) return;
   const Clock::time_point sent_at = Clock::now();
   std::vector<RenewOutcome> outcomes = backend_.renew_all(items);
   const Clock::duration round_time = Clock::now() - sent_at;
-  lock.lock();
   now = Clock::now();
   std::vector<std::shared_ptr<LeaseState>> lost;
   std::vector<std::shared_ptr<LeaseState>> unconfirmed;  // only filled when debug is logged
   std::uint64_t renewed = 0;
   std::uint64_t failed = 0;  // rejected or not confirmed
-  for (std::size_t i = 0; i < due.size(); ++i) {
-    auto it = entries_.find(due[i].get());
-    if (it == entries_.end()) continue;  // released meanwhile
-    LeaseState& lease = *due[i];
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    LeaseState& lease = *sent[i];
     const RenewOutcome& outcome = outcomes[i];
-    if (outcome.kind == RenewOutcome::kRenewed && !lease.lost_source.stop_requested()) {
-      ++renewed;
-      lease.set_valid_until(outcome.valid_until);
-      Clock::time_point sent = outcome.valid_until - lease.ttl;
-      it->second.next_renew = std::max(sent + lease.ttl / 3, now);
-    } else if (outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested()) {
+    const bool gone = outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested();
+    bool watched = false;  // false: released meanwhile, or declared lost by the watchdog
+    {
+      std::lock_guard watch(watch_mu_);
+      watched = fire_.contains(lease);
+      if (watched && gone) {
+        fire_.remove(lease);  // its loss is this thread's to report
+      } else if (watched && outcome.kind == RenewOutcome::kRenewed) {
+        lease.set_valid_until(outcome.valid_until);
+        fire_.schedule(sent[i], fire_time(lease));
+      }
+    }
+    if (!watched) continue;  // dropped: remove() or the watchdog took it out
+    if (gone) {
       ++failed;
-      lost.push_back(due[i]);
-      entries_.erase(it);
+      lost.push_back(sent[i]);
+    } else if (outcome.kind == RenewOutcome::kRenewed) {
+      ++renewed;
+      Clock::time_point renewal_sent = outcome.valid_until - lease.ttl;
+      lease.next_renew = std::max(renewal_sent + lease.ttl / 3, now);
+      schedule_renewal(sent[i]);
     } else {
       ++failed;
-      it->second.next_renew = now + retry_delay(lease.ttl);
-      if (log_enabled(LogLevel::kDebug)) unconfirmed.push_back(due[i]);
+      lease.next_renew = now + retry_delay(lease.ttl);
+      schedule_renewal(sent[i]);
+      if (log_enabled(LogLevel::kDebug)) unconfirmed.push_back(sent[i]);
     }
   }
   if (metrics_ != nullptr) metrics_->record_renew_round(round_time, renewed, failed);
-  report_unlocked(lock, unconfirmed, lost, /*rejected=*/true);
+  log_unconfirmed(unconfirmed);
+  report_losses(lost, /*rejected=*/true);
 }
 
-void Renewer::report_unlocked(std::unique_lock<std::mutex>& lock,
-                              const std::vector<std::shared_ptr<LeaseState>>& unconfirmed,
-                              const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
-  if (unconfirmed.empty() && lost.empty()) return;
-  lock.unlock();  // log sinks and lost() callbacks are user code: never run them under mu_
+void Renewer::log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& unconfirmed) {
   for (const auto& lease : unconfirmed) {
     detail::log(LogLevel::kDebug, "renewal of '{}' (token {}) not confirmed; retrying in {}",
                 lease->key.str(), lease->token.value(), format_duration(retry_delay(lease->ttl)));
   }
+}
+
+void Renewer::report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
   for (const auto& lease : lost) {
     if (lease->lost_source.stop_requested()) continue;  // already released: not a loss
     if (metrics_ != nullptr) metrics_->record_loss();   // before lost(), so that observers see it
@@ -162,37 +255,35 @@ void Renewer::report_unlocked(std::unique_lock<std::mutex>& lock,
     detail::log(LogLevel::kWarning, "lease on '{}' lost (token {}, owner {}): {}", lease->key.str(),
                 lease->token.value(), lease->owner.short_hex(), loss_reason(*lease, rejected));
   }
-  lock.lock();
 }
 
 void Renewer::watchdog_loop(std::stop_token stop) {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock(watch_mu_);
   while (!stop.stop_requested()) {
-    Clock::time_point now = Clock::now();
-    Clock::time_point next = Clock::time_point::max();
+    const Clock::time_point now = Clock::now();
     std::vector<std::shared_ptr<LeaseState>> lost;
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      const LeaseState& lease = *it->second.lease;
-      Clock::time_point fire_at = lease.valid_until() - lost_guard(lease.ttl);
-      if (fire_at <= now) {
-        lost.push_back(it->second.lease);
-        it = entries_.erase(it);
+    while (!fire_.empty() && fire_.earliest() <= now) {
+      ++watchdog_work_;
+      const Clock::time_point fire_at = fire_time(*fire_.top());
+      if (fire_at > now) {  // its validity moved without the schedule (not done today): follow it
+        fire_.schedule(fire_.top(), fire_at);
         continue;
       }
-      next = std::min(next, fire_at);
-      ++it;
+      lost.push_back(fire_.pop());  // its loss is this thread's to report
     }
     if (!lost.empty()) {
-      report_unlocked(lock, {}, lost, /*rejected=*/false);
+      lock.unlock();
+      report_losses(lost, /*rejected=*/false);
+      lock.lock();
       continue;
     }
     std::uint64_t seen = watchdog_version_;
     auto changed = [&] { return watchdog_version_ != seen; };
-    watchdog_planned_ = next;
-    if (next == Clock::time_point::max()) {
+    watchdog_planned_ = fire_.empty() ? Clock::time_point::max() : fire_.earliest();
+    if (fire_.empty()) {
       watchdog_cv_.wait(lock, stop, changed);
     } else {
-      watchdog_cv_.wait_until(lock, stop, next, changed);
+      watchdog_cv_.wait_until(lock, stop, watchdog_planned_, changed);
     }
     watchdog_planned_ = Clock::time_point::min();
   }

@@ -1,16 +1,28 @@
 // Renewer: one scheduler per Client that keeps every held lease alive and signals loss.
 //
-// Two threads, one mutex:
+// Two threads:
 //  - the renewal thread renews, at ttl/3 after the last renewal was sent, every lease that is due,
-//    together with every lease due within the next ttl/6 (so that leases fall into step and one
-//    round is one backend call: one request per server, whatever the number of leases);
+//    together with every lease due within the next ttl/6 of its own TTL (so that leases fall into
+//    step and one round is one backend call: one request per server, whatever the number of
+//    leases);
 //  - the watchdog thread does no I/O: it fires lost() on every lease whose validity is about to
 //    end, so that a renewal stuck on a dead server can never delay the signal.
 // A renewal the backend rejects (key gone or taken over) fires lost() at once.
 //
+// Work follows the leases that come due, never the leases held (DESIGN.md section 1.1). Each
+// schedule is a DeadlineHeap (core/deadline_heap.h) and each thread looks only at its earliest
+// entries:
+//  - the lost() schedule is guarded by watch_mu_, which the watchdog takes alone and every other
+//    thread holds for one O(log n) step at a time: a renewal round of 100,000 leases never holds
+//    up the watchdog;
+//  - the renewal schedule belongs to the renewal thread, lock-free; add() and remove() post to
+//    its inbox (inbox_mu_, O(1)), so they never wait for a round's bookkeeping either.
+// Whoever takes a lease out of the lost() schedule owns its loss (the watchdog when its time
+// came, the renewal thread on a rejection, remove() on a release), so a loss is reported once.
+//
 // Observability: each round's duration and per-lease outcome, and each loss, are recorded in the
 // Metrics given to the constructor (if any). A loss is logged as a warning, a renewal that is not
-// confirmed as debug (core/log_internal.h); the sink runs outside mu_.
+// confirmed as debug (core/log_internal.h); the sink runs with no lock held.
 //
 // Thread-safety: add/remove may be called from any thread.
 #pragma once
@@ -19,10 +31,10 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/deadline_heap.h"
 #include "core/lease_state.h"
 #include "core/metrics.h"
 
@@ -39,7 +51,8 @@ class Renewer {
 
   // Starts watching (and, if lease->renew, renewing) a freshly granted lease.
   void add(const std::shared_ptr<LeaseState>& lease);
-  // Stops watching a lease (released or destroyed).
+  // Stops watching a lease (released or destroyed). No round chosen after this returns renews
+  // it (rounds() counts every round chosen before).
   void remove(const LeaseState* lease);
 
   // Test hook: while paused no renewal is sent (as if the process were stopped); the watchdog
@@ -49,38 +62,71 @@ class Renewer {
   // Renewal rounds sent so far (each is one backend renew_all call).
   std::uint64_t rounds() const;
 
+  // Leases each thread has looked at so far, for tests of DESIGN.md section 1.1: both follow
+  // the leases that came due, whatever the number of leases held.
+  struct Work {
+    std::uint64_t watchdog = 0;  // leases whose lost() time came (fired, or found renewed)
+    std::uint64_t renewal = 0;   // leases taken into a renewal round (or dropped there as lost)
+  };
+  Work work_for_testing() const;
+
   // How long before valid_until() the watchdog fires lost(): absorbs the scheduling delay of the
   // watchdog thread itself. ttl/10, clamped to [2 ms, 50 ms].
   static milliseconds lost_guard(milliseconds ttl);
 
  private:
-  struct Entry {
+  // A change to the renewal schedule, posted by add() or remove().
+  struct Posted {
+    bool remove = false;
     std::shared_ptr<LeaseState> lease;
-    Clock::time_point next_renew;
+    Clock::time_point next_renew{};  // add only
   };
+  // Past this many posted changes, add() and remove() wake the renewal thread to apply them, so
+  // that removed leases are not kept long.
+  static constexpr std::size_t kInboxWake = 1024;
 
   void renew_loop(std::stop_token stop);
   void watchdog_loop(std::stop_token stop);
-  void run_round(std::unique_lock<std::mutex>& lock);
-  // Logs the leases whose renewal was not confirmed and fires lost() on `lost` (`rejected`: their
-  // renewal was rejected, otherwise their validity ran out), with mu_ released meanwhile.
-  void report_unlocked(std::unique_lock<std::mutex>& lock,
-                       const std::vector<std::shared_ptr<LeaseState>>& unconfirmed,
-                       const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected);
+  void run_round();
+  // Renewal thread only: applies posted changes to the renewal schedule.
+  void apply(std::vector<Posted>& posted);
+  // Renewal thread only: queues a renewing lease for its renewal at lease->next_renew.
+  void schedule_renewal(const std::shared_ptr<LeaseState>& lease);
+  // Logs the leases whose renewal was not confirmed. REQUIRES: no lock held (the sink is user
+  // code).
+  void log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& unconfirmed);
+  // Fires lost() on `lost` (`rejected`: their renewal was rejected, otherwise their validity
+  // ran out). REQUIRES: no lock held (lost() callbacks and log sinks are user code).
+  void report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected);
 
   Backend& backend_;
   Metrics* const metrics_;
-  mutable std::mutex mu_;
+
+  // The renewal thread's inbox, and what add() reads to decide whether to wake that thread.
+  mutable std::mutex inbox_mu_;
   std::condition_variable_any renew_cv_;
+  std::vector<Posted> inbox_;                                   // GUARDED_BY(inbox_mu_)
+  bool paused_ = false;                                         // GUARDED_BY(inbox_mu_)
+  std::uint64_t rounds_ = 0;                                    // GUARDED_BY(inbox_mu_)
+  std::uint64_t renewal_work_ = 0;                              // GUARDED_BY(inbox_mu_)
+  Clock::time_point renew_planned_ = Clock::time_point::min();  // GUARDED_BY(inbox_mu_)
+  std::uint64_t renew_version_ = 0;                             // GUARDED_BY(inbox_mu_)
+
+  // The renewal schedule: renewing leases by next_renew (when a round must start) and by
+  // next_renew - ttl/6 (from when a lease may join a round). A lease in the round in flight is
+  // in neither. Renewal thread only.
+  DeadlineHeap<LeaseState, &LeaseState::due_slot> due_;
+  DeadlineHeap<LeaseState, &LeaseState::join_slot> joinable_;
+
+  // The lost() schedule: every watched lease by valid_until - lost_guard. Lock order: never
+  // take inbox_mu_ while holding watch_mu_.
+  mutable std::mutex watch_mu_;
   std::condition_variable_any watchdog_cv_;
-  std::unordered_map<const LeaseState*, Entry> entries_;  // GUARDED_BY(mu_)
-  bool paused_ = false;                                   // GUARDED_BY(mu_)
-  std::uint64_t rounds_ = 0;                              // GUARDED_BY(mu_)
-  // Each thread's planned wake-up time (min while awake) and a version bumped to wake it early.
-  Clock::time_point renew_planned_ = Clock::time_point::min();     // GUARDED_BY(mu_)
-  Clock::time_point watchdog_planned_ = Clock::time_point::min();  // GUARDED_BY(mu_)
-  std::uint64_t renew_version_ = 0;                                // GUARDED_BY(mu_)
-  std::uint64_t watchdog_version_ = 0;                             // GUARDED_BY(mu_)
+  DeadlineHeap<LeaseState, &LeaseState::fire_slot> fire_;          // GUARDED_BY(watch_mu_)
+  std::uint64_t watchdog_work_ = 0;                                // GUARDED_BY(watch_mu_)
+  Clock::time_point watchdog_planned_ = Clock::time_point::min();  // GUARDED_BY(watch_mu_)
+  std::uint64_t watchdog_version_ = 0;                             // GUARDED_BY(watch_mu_)
+
   std::jthread renew_thread_;
   std::jthread watchdog_thread_;
 };

@@ -232,6 +232,25 @@ TEST(Renewer, LeaseDueWithinASixthOfItsTtlJoinsTheCurrentRound) {
   EXPECT_EQ(renewer.rounds(), backend.calls().size());
 }
 
+TEST(Renewer, EachLeaseJoinsARoundWithinASixthOfItsOwnTtl) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  const Clock::time_point now = Clock::now();
+  // valid_until = next renewal - ttl/3 + ttl.
+  auto first = make_lease("first", 900ms, true, now + 900ms);  // due at +300 ms
+  // Due at +1500 ms, within its window of 1.5 s: joins.
+  auto wide = make_lease("wide", 9s, true, now + 1500ms - 3s + 9s);
+  // Due at +1300 ms, before `wide`, but outside its own window of 150 ms: waits for its turn.
+  auto narrow = make_lease("narrow", 900ms, true, now + 1300ms - 300ms + 900ms);
+  renewer.add(narrow);
+  renewer.add(wide);
+  renewer.add(first);
+  ASSERT_TRUE(backend.wait_for_calls(1));
+  std::vector<std::string> keys = backend.calls()[0].keys;
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"first", "wide"}));
+}
+
 TEST(Renewer, RejectedRenewalFiresLostAtOnce) {
   FakeBackend backend;
   backend.answer_with(FakeBackend::rejected);
@@ -338,6 +357,61 @@ TEST(Renewer, LeaseWithoutRenewalDoesNotJoinOtherLeasesRounds) {
   renewer.add(renewed);
   ASSERT_TRUE(fixed_lost.wait().has_value());
   for (const RenewCall& call : backend.calls()) EXPECT_FALSE(contains(call, "fixed"));
+}
+
+// DESIGN.md section 1.1: lost() timing must not depend on how many leases a Client holds. The
+// tests below count the leases each thread looks at instead of timing it: with 100,000 leases
+// held, that count follows the leases that come due, never the leases held. (Before the fix,
+// with every lease scanned on every wake-up, a 20 ms lease fired lost() up to 40 ms after its
+// valid_until() next to 100,000 others.)
+constexpr int kHeld = 100'000;
+
+// Leases that come due neither for renewal (ttl/3 = 20 min) nor for lost() during a test.
+std::vector<std::shared_ptr<LeaseState>> hold_many(Renewer& renewer) {
+  std::vector<std::shared_ptr<LeaseState>> held;
+  held.reserve(kHeld);
+  for (int i = 0; i < kHeld; ++i) {
+    held.push_back(make_lease("held/" + std::to_string(i), 1h));
+    renewer.add(held.back());
+  }
+  return held;
+}
+
+TEST(Renewer, TheWatchdogLooksOnlyAtTheLeasesItFiresNotAtEveryLeaseHeld) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  auto held = hold_many(renewer);
+  constexpr int kShort = 20;
+  std::vector<std::shared_ptr<LeaseState>> leases;
+  std::vector<std::unique_ptr<LostProbe>> probes;
+  const Clock::time_point now = Clock::now();
+  for (int i = 0; i < kShort; ++i) {
+    // Renewal off, validities 2 ms apart: the watchdog fires them one by one.
+    leases.push_back(
+        make_lease("short/" + std::to_string(i), 20ms, /*renew=*/false, now + 20ms + i * 2ms));
+    probes.push_back(std::make_unique<LostProbe>(*leases.back()));
+    renewer.add(leases.back());
+  }
+  for (auto& probe : probes) ASSERT_TRUE(probe->wait().has_value()) << "lost() never fired";
+  EXPECT_EQ(renewer.work_for_testing().watchdog, static_cast<std::uint64_t>(kShort))
+      << "the watchdog looked at leases that were not due (" << kHeld << " held)";
+}
+
+TEST(Renewer, ARenewalRoundLooksOnlyAtTheLeasesItRenewsNotAtEveryLeaseHeld) {
+  FakeBackend backend;
+  Renewer renewer(backend);
+  auto held = hold_many(renewer);
+  auto busy = make_lease("busy", 300ms);  // renewed every 100 ms
+  renewer.add(busy);
+  ASSERT_TRUE(backend.wait_for_calls(3)) << "the busy lease stopped being renewed";
+  const Renewer::Work work = renewer.work_for_testing();
+  // Every round took the one lease that was due; rounds() is read after the work, so it counts
+  // at least the rounds the work did.
+  EXPECT_LE(work.renewal, renewer.rounds())
+      << "the renewal thread looked at leases that were not due (" << kHeld << " held)";
+  for (const RenewCall& call : backend.calls()) {
+    EXPECT_EQ(call.keys, std::vector<std::string>{"busy"});
+  }
 }
 
 }  // namespace
