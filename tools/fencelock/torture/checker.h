@@ -21,7 +21,7 @@
 //                         that worker overlapping [valid_until, fired_at]
 //   unsignalled_expiries  a lease whose validity passed without lost() firing (same excuse)
 //   deletions_unnoticed   admin-delete took the lock from a holder (granted before the delete
-//                         was over) that kept its lease past the learning bound (TTL/3 +
+//                         began) that kept its lease past the learning bound (TTL/3 +
 //                         max(TTL/10, 200 ms) after the delete was over)
 //                         without lost() firing by then; overlaps with the next holder are
 //                         excused only for a holder that learned within that bound

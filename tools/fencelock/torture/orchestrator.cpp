@@ -242,7 +242,16 @@ class Orchestrator {
         active.reset();
         next_fault = now + interval;
       }
-      if (!active && !scheduled_.empty() && now >= next_fault && now + settings_.ttl * 2 < end) {
+      // many-leases: the faults wait (at most half the run) until every worker holds its extra
+      // leases, so that a fault does not stall their acquisition and the run tests the condition.
+      if (!extras_ready_ && now >= next_fault) {
+        extras_ready_ = !wanted(settings_.faults, "many-leases") ||
+                        workers_holding_extras() == settings_.workers ||
+                        now >= start + settings_.duration / 2;
+        if (!extras_ready_) next_fault = now + milliseconds(200);
+      }
+      if (extras_ready_ && !active && !scheduled_.empty() && now >= next_fault &&
+          now + settings_.ttl * 2 < end) {
         active = inject(scheduled_[fault_index++ % scheduled_.size()], record);
       }
       if (now >= next_progress) {
@@ -310,13 +319,8 @@ class Orchestrator {
     }
   }
 
-  // The many-leases condition as one fault record: it took effect when every worker said it held
-  // all its extra leases.
-  InjectedFault many_leases(const RunRecord& record) const {
-    InjectedFault f;
-    f.kind = "many-leases";
-    f.at = record.started_at;
-    f.healed_at = record.ended_at;
+  // How many workers logged that they hold all their extra leases.
+  int workers_holding_extras() const {
     int holding = 0;
     for (int id = 0; id < settings_.workers; ++id) {
       std::ifstream in(log_of(id));
@@ -329,6 +333,17 @@ class Orchestrator {
         }
       }
     }
+    return holding;
+  }
+
+  // The many-leases condition as one fault record: it took effect when every worker said it held
+  // all its extra leases.
+  InjectedFault many_leases(const RunRecord& record) const {
+    InjectedFault f;
+    f.kind = "many-leases";
+    f.at = record.started_at;
+    f.healed_at = record.ended_at;
+    const int holding = workers_holding_extras();
     f.took_effect = holding == settings_.workers;
     f.note = fmt::format("{} of {} workers held {} extra leases", holding, settings_.workers,
                          settings_.extra_leases);
@@ -672,6 +687,7 @@ class Orchestrator {
   std::string dir_;
   std::string uri_;                     // the backend as given (no proxies)
   std::vector<std::string> scheduled_;  // the fault kinds injected in turn
+  bool extras_ready_ = false;           // many-leases: every worker holds its extra leases
   std::string worker_uri_;
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for

@@ -16,7 +16,8 @@
 // later, `PROGRAM resume PORT` (one server at a time); admin-delete runs `PROGRAM admin-delete KIND
 // KEY` (KIND redis, etcd, postgres-lease or postgres-advisory) once a worker is inside its critical
 // section; many-leases is no injection but a condition of the whole run (each worker holds
-// `extra_leases` long leases besides the contended one), recorded as one fault spanning the run.
+// `extra_leases` long leases besides the contended one; the scheduled faults wait, at most half
+// the run, until every worker holds them), recorded as one fault spanning the run.
 // After the workers exit, the orchestrator inspects the lock (RunRecord::left_held).
 //
 // Each fault records what the orchestrator saw of its effect (events.h InjectedFault); the
