@@ -25,8 +25,8 @@
 //                         max(TTL/10, 200 ms) after the delete was over)
 //                         without lost() firing by then; overlaps with the next holder are
 //                         excused only for a holder that learned within that bound
-//   left_held             the lock was still held a TTL after every worker had exited (a lock
-//                         held by nobody)
+//   left_held             the lock was still held, with a token granted in the run, a TTL after
+//                         every worker had exited (a lock held by nobody)
 // Observed (not violations): overlaps (critical sections that began while another was open),
 // split into those after the older lease's validity (the fence must absorb them) and excused
 // ones; stale refusals; lost() signals; unavailability after each fault's heal.

@@ -267,9 +267,9 @@ class Orchestrator {
       if (!w->wait_for(settings_.ttl * 2 + milliseconds(10'000))) w->kill_and_reap();
     }
     record.ended_at = monotonic_now();
-    record.left_held = held_after_run();
     record.register_events = reg_->events();
     record.grant_log = grants_of(record.register_events);
+    record.left_held = held_after_run(record.grant_log);
     record.final_value = reg_->value();
     record.control_failures = control_failures_;
     read_worker_logs(record);
@@ -283,7 +283,9 @@ class Orchestrator {
   // After every worker has exited (released, or killed): whether the lock is still held, and by
   // whom. A holder left by a killed worker expires within a TTL; one still there a TTL later is
   // a lock held by nobody ("" when free, or when it cannot be inspected: then it says so).
-  std::string held_after_run() const {
+  // Only a holder with a token granted in this run counts: a squatter that held the key all
+  // along (the run is then INCONCLUSIVE) is not the run's leak.
+  std::string held_after_run(const std::vector<GrantRecord>& grants) const {
     auto client = Client::connect(uri_);
     if (!client.ok()) return "";
     const auto key = *LockKey::make(settings_.key);
@@ -291,6 +293,11 @@ class Orchestrator {
     for (auto until = Clock::now() + settings_.ttl + milliseconds(1000);;) {
       auto seen = client->inspect(key);
       if (!seen.ok() || !seen->has_value()) return "";
+      const std::uint64_t token = (*seen)->token.value();
+      if (std::none_of(grants.begin(), grants.end(),
+                       [&](const GrantRecord& g) { return g.token == token; })) {
+        return "";
+      }
       holder =
           fmt::format("'{}' still held by {} (token {}) after every worker exited", settings_.key,
                       (*seen)->owner_prefix.empty() ? "another session" : (*seen)->owner_prefix,
