@@ -230,7 +230,7 @@ void PostgresServer::launch_on_a_free_port(Clock::time_point deadline) {
   }
 }
 
-void PostgresServer::base_backup_of(const PostgresServer& primary) {
+void PostgresServer::prepare_directory() {
   if (as_root_) {
     OsUser user = lookup_os_user(kServerOsUser);
     check_reachable(dir_, user);
@@ -239,6 +239,10 @@ void PostgresServer::base_backup_of(const PostgresServer& primary) {
     }
   }
   check_socket_path_length(dir_);
+}
+
+void PostgresServer::base_backup_of(const PostgresServer& primary) {
+  prepare_directory();
   std::vector<std::string> argv = as_server_user(false);
   argv.insert(argv.end(), {pg_basebackup_, "-D", data_directory(), "-h", primary.dir_, "-p",
                            std::to_string(primary.port_), "-U", kSuperuser, "-R", "-X", "stream",
@@ -327,14 +331,7 @@ std::vector<std::string> PostgresServer::as_server_user(bool with_pdeathsig) con
 }
 
 void PostgresServer::initdb() {
-  if (as_root_) {
-    OsUser user = lookup_os_user(kServerOsUser);
-    check_reachable(dir_, user);
-    if (::chown(dir_.c_str(), user.uid, user.gid) != 0) {
-      throw_errno(fmt::format("chown {} to {}", dir_, kServerOsUser));
-    }
-  }
-  check_socket_path_length(dir_);
+  prepare_directory();
   std::vector<std::string> argv = as_server_user(false);
   argv.insert(argv.end(), {programs_.initdb, "-D", data_directory(), "-U", kSuperuser,
                            "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",

@@ -137,6 +137,8 @@ class PostgresServer {
 
   PostgresServer(PostgresServerOptions options, Programs programs, std::string dir);
   void initdb();
+  // TMP owned by the server's OS user when running as root, and short enough for its socket.
+  void prepare_directory();
   void base_backup_of(const PostgresServer& primary);
   void launch();  // spawns the postmaster on port_
   // launch() on a free port until the postmaster is ready, with fresh ports while another
