@@ -95,7 +95,8 @@ class AdvisoryBackend final : public Backend {
     }
     // The holding session may be busy (a try or health check on it). Past the deadline the
     // unlock is left with the session, run when it is next checked in: never forgotten.
-    for (Clock::time_point until = deadline;; until = Clock::now() + options_.io_timeout) {
+    Clock::time_point until = deadline;
+    for (;; until = Clock::now() + options_.io_timeout) {
       Status ready = sessions_.checkout_this(holding.session, until);
       if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and lock are gone
       if (ready.ok()) break;
@@ -103,7 +104,7 @@ class AdvisoryBackend final : public Backend {
         return Status::Ok();
       }
     }
-    const bool unlocked = unlock_fully(holding.session, holding.key, holding.shared);
+    const bool unlocked = unlock_grant(holding.session, holding.key, holding.shared, until);
     // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
     finish(holding.session, !unlocked);
     return Status::Ok();
@@ -161,7 +162,7 @@ class AdvisoryBackend final : public Backend {
       auto pending = sessions_.checkin(session, broken);
       if (pending.empty()) return;
       for (const auto& [key, shared] : pending) {
-        if (!unlock_fully(session, key, shared)) {
+        if (!unlock_grant(session, key, shared, Clock::now() + options_.io_timeout)) {
           broken = true;  // closing the session frees what could not be unlocked
           break;
         }
@@ -169,7 +170,21 @@ class AdvisoryBackend final : public Backend {
     }
   }
 
-  // Unlocks `key` on the checked-out `session` as often as it holds it (advisory locks stack per
+  // Unlocks a granted lock on the checked-out `session`: one pg_advisory_unlock, one round trip
+  // (a session holds a granted key once: kNotKey keeps tries off sessions that hold it). False if
+  // it failed: the session must then be closed. Notes the key as no longer held.
+  bool unlock_grant(const std::shared_ptr<Session>& session, std::int64_t key, bool shared,
+                    Clock::time_point deadline) {
+    bool broken = false;
+    auto r = execute(session->conn.get(), for_mode("SELECT pg_advisory_unlock($1::bigint)", shared),
+                     {std::to_string(key)}, deadline, broken);
+    if (!r.ok() || broken) return false;
+    sessions_.note_held(session, key, false);
+    return true;
+  }
+
+  // After a failed try, whose statement may or may not have taken `key`: unlocks it on the
+  // checked-out `session` as often as it holds it (advisory locks stack per
   // session); only what pg_locks shows it holding, so no "you don't own a lock" warnings. False
   // if that failed: the session must then be closed. Notes the key as no longer held.
   bool unlock_fully(const std::shared_ptr<Session>& session, std::int64_t key, bool shared) {

@@ -145,8 +145,9 @@ int run_worker(const WorkerArgs& args) {
         std::mutex mu;
         std::condition_variable_any cv;
         std::unique_lock lock(mu);
-        cv.wait_for(lock, stop, race_after, [] { return false; });
-        cancel.request_stop();
+        // Cancels unless the acquisition returned first (it then stops this thread).
+        if (!cv.wait_for(lock, stop, race_after, [] { return false; }) && !stop.stop_requested())
+          cancel.request_stop();
       });
     }
     auto lease = client->acquire(key, options);
