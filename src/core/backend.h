@@ -45,6 +45,10 @@ struct Grant {
   std::string backend_key;
   // The key was held by another owner when this acquisition began: it waited for a release.
   bool contended = false;
+  // Requested by the backend when it learns, outside any renewal, that the grant is gone (the
+  // PostgreSQL session holding an advisory lock was closed): the Client fires lost() at once
+  // instead of at the next renewal. Default: never requested.
+  std::stop_token gone;
 };
 
 // The outcome of one try: a Grant, or an error. On kLocked, `retry_after` is the holder's

@@ -93,6 +93,12 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   lease->backend_key = std::move(grant->backend_key);
   lease->core = shared_from_this();
   renewer_.add(lease);
+  if (grant->gone.stop_possible()) {
+    // Runs at once if the grant is gone already. The lease outlives its callback (gone_watch).
+    lease->gone_watch.emplace(grant->gone, std::function<void()>([this, state = lease.get()] {
+                                renewer_.lose_now(state);
+                              }));
+  }
   return lease;
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -56,6 +57,11 @@ struct LeaseState {
   std::size_t join_slot = kNotInHeap;  // renewal schedule, by next_renew - ttl/6
   bool in_round = false;               // taken into the renewal round in flight
   bool renewal_removed = false;        // remove() reached the renewal thread
+  bool gone = false;  // the backend reported the grant gone (Grant::gone); GUARDED_BY(watch_mu_)
+
+  // Calls Renewer::lose_now on Grant::gone. Declared last, so destroyed first: its destructor
+  // waits for a callback running on another thread while every other member is still alive.
+  std::optional<std::stop_callback<std::function<void()>>> gone_watch;
 };
 
 }  // namespace fencelock::detail

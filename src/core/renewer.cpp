@@ -17,6 +17,7 @@ milliseconds retry_delay(milliseconds ttl) {
 
 // Why a lease was lost, for the warning.
 std::string_view loss_reason(const LeaseState& lease, bool rejected) {
+  if (lease.gone) return "the backend reported its lock gone (the connection holding it closed)";
   if (rejected) return "its renewal was rejected (the key expired or has another owner)";
   if (!lease.renew) return "its validity ended (renewal is off)";
   return "no renewal was confirmed before its validity ended";
@@ -24,6 +25,7 @@ std::string_view loss_reason(const LeaseState& lease, bool rejected) {
 
 // When the watchdog fires lost() unless the lease is renewed first.
 Clock::time_point fire_time(const LeaseState& lease) {
+  if (lease.gone) return Clock::time_point::min();
   return lease.valid_until() - Renewer::lost_guard(lease.ttl);
 }
 
@@ -87,6 +89,17 @@ void Renewer::remove(const LeaseState* lease) {
     ++renew_version_;
     renew_cv_.notify_all();
   }
+}
+
+void Renewer::lose_now(const LeaseState* lease) {
+  LeaseState& state = const_cast<LeaseState&>(*lease);  // as in remove()
+  std::lock_guard watch(watch_mu_);
+  std::shared_ptr<LeaseState> held = fire_.remove(state);
+  if (held == nullptr) return;  // released, or its loss reported already
+  held->gone = true;
+  fire_.schedule(held, Clock::time_point::min());
+  ++watchdog_version_;
+  watchdog_cv_.notify_all();
 }
 
 void Renewer::pause_renewals_for_testing(bool paused) {
@@ -274,6 +287,9 @@ void Renewer::watchdog_loop(std::stop_token stop) {
     if (!lost.empty()) {
       lock.unlock();
       report_losses(lost, /*rejected=*/false);
+      // Drop them unlocked: a lease's last reference may go here, and its destructor waits for
+      // a Grant::gone callback that may be waiting for watch_mu_ (lose_now).
+      lost.clear();
       lock.lock();
       continue;
     }

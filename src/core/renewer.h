@@ -54,6 +54,9 @@ class Renewer {
   // Stops watching a lease (released or destroyed). No round chosen after this returns renews
   // it (rounds() counts every round chosen before).
   void remove(const LeaseState* lease);
+  // The backend reports the lease's grant gone (Grant::gone): the watchdog fires its lost() now,
+  // without waiting for its validity or a renewal. Nothing if it is not watched any more.
+  void lose_now(const LeaseState* lease);
 
   // Test hook: while paused no renewal is sent (as if the process were stopped); the watchdog
   // keeps running, so paused leases are declared lost at their validity.
@@ -119,7 +122,8 @@ class Renewer {
   DeadlineHeap<LeaseState, &LeaseState::join_slot> joinable_;
 
   // The lost() schedule: every watched lease by valid_until - lost_guard. Lock order: never
-  // take inbox_mu_ while holding watch_mu_.
+  // take inbox_mu_ while holding watch_mu_, and never drop a lease's last reference while holding
+  // watch_mu_ (its gone_watch destructor may wait for a lose_now() that waits for watch_mu_).
   mutable std::mutex watch_mu_;
   std::condition_variable_any watchdog_cv_;
   DeadlineHeap<LeaseState, &LeaseState::fire_slot> fire_;          // GUARDED_BY(watch_mu_)

@@ -214,7 +214,9 @@ class AdvisoryBackend final : public Backend {
     sessions_.note_held(session, key, true);
     std::lock_guard lock(mu_);
     held_[call.owner.hex()] = Holding{session, key, call.shared};
-    return Grant{FencingToken(token), validity_deadline(sent, call.ttl, options_.drift_factor)};
+    Grant grant{FencingToken(token), validity_deadline(sent, call.ttl, options_.drift_factor)};
+    grant.gone = session->gone.get_token();  // the session's close ends the lock: lost() at once
+    return grant;
   }
 
   std::vector<std::string> note_params(const AcquireCall& call, std::int64_t key) const {

@@ -78,6 +78,7 @@ Status SessionPool::checkout_this(const std::shared_ptr<Session>& session,
 std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
     const std::shared_ptr<Session>& session, bool broken) {
   ConnPtr closing;  // PQfinish outside the mutex
+  bool closed_now = false;
   std::vector<std::pair<std::int64_t, bool>> pending;
   {
     std::lock_guard lock(mu_);
@@ -95,9 +96,14 @@ std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
       session->pending_unlocks.clear();
       // Leases on this session still point at it; the connection must not stay open under them.
       closing = std::move(session->conn);
+      closed_now = true;
       sessions_.remove(session);
     }
     changed_.notify_all();
+  }
+  if (closed_now) {
+    session->gone.request_stop();  // lost() on its leases before the server frees their locks
+    closing.reset();
   }
   return pending;
 }

@@ -11,7 +11,8 @@
 // At most `max` sessions exist; a caller that needs one while all are busy or unsuitable waits
 // for one until its deadline. A session whose connection broke (or that the backend gives up on)
 // is closed for real (PQfinish, which ends its server backend and every lock it held) and
-// dropped; leases on it are reported lost at their next health check.
+// dropped; leases on it are reported lost at once (Session::gone is each one's Grant::gone), not
+// at their next health check.
 // A release that finds the holding session busy past its deadline does not give up: it leaves
 // the unlock with the session (defer_unlock), and whoever checks the session in next runs it
 // before the session is idle again (checkin() hands the pending unlocks back).
@@ -25,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,9 @@ struct Session {
   bool closed = false;          // its connection broke (pool mutex)
   // Unlocks left by releases that found the session busy: {key, shared} (pool mutex).
   std::vector<std::pair<std::int64_t, bool>> pending_unlocks;
+  // Requested when the pool closes the session (after `closed` is set, with no pool lock held):
+  // every lease on it fires lost() (Grant::gone).
+  std::stop_source gone;
 };
 
 class SessionPool {

@@ -307,6 +307,41 @@ TEST_F(PostgresAdvisory, AFailedTryOnASessionHoldingLocksKeepsThemAndLeavesItsKe
   EXPECT_EQ(third.acquire(key("kept"), {.ttl = 3s}).code(), Code::kLocked);
 }
 
+// A session closed by a failed try it could not bring back (its server backend is stopped, so
+// neither the statement nor its cancel is answered) ends every lock on it: the leases on it must
+// fire lost() at once, not at their next health check (ttl/3 = 20 s here). Before, they were
+// told only there.
+TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
+  Client client = connect("&pool=1", {.io_timeout = 1s});
+  Client third = connect();
+  auto held = client.acquire(key("on-closed"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::atomic<bool> lost{false};
+  held->on_lost([&] { lost = true; });
+  const std::int64_t k = detail::postgres::advisory_key("on-closed");
+  const std::string pid_text = server_->sql(
+      "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = (" +
+      std::to_string(k) + "::bigint & 4294967295)::oid");
+  ASSERT_FALSE(pid_text.empty());
+  const auto pid = static_cast<pid_t>(std::stol(pid_text));
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  const auto tried_at = Clock::now();
+  auto tried = client.acquire(key("on-closed-try"), {.ttl = 60s});
+  EXPECT_FALSE(tried.ok());
+  EXPECT_TRUE(eventually([&] { return lost.load(); }, 10s))
+      << "the lease on the closed session was not reported lost at once";
+  EXPECT_LT(Clock::now() - tried_at, 15s);  // its first health check is 20 s after the grant
+  EXPECT_TRUE(held->is_lost());
+  ::kill(pid, SIGCONT);  // it finds its connection closed and ends, freeing the lock
+  auto after = third.acquire(key("on-closed"), {.ttl = 5s, .wait = 10s});
+  EXPECT_TRUE(after.ok()) << "the closed session's lock stayed held: "
+                          << after.status().to_string();
+}
+
 // A release that finds the holding session busy past its deadline (the destructor's
 // release_timeout is short; a try runs on the same session) must still unlock. Before, the
 // bookkeeping was erased and the lock stayed held by the pooled session for good.
