@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "etcd/etcd_keys.h"
+#include "redis_baseline.h"  // endpoints_of
 
 namespace fencelock::bench {
 
@@ -12,18 +13,15 @@ namespace pb = etcdserverpb;
 
 namespace {
 
-std::string first_endpoint(const std::string& uri) {
-  std::string rest = uri.substr(uri.find("://") + 3);
-  return rest.substr(0, rest.find(','));
-}
+std::string first_endpoint(const std::string& uri) { return endpoints_of(uri).at(0); }
 
 }  // namespace
 
 EtcdBaseline::EtcdBaseline(const std::string& uri) {
   grpc::ChannelArguments arguments;
   arguments.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  channel_ = grpc::CreateCustomChannel(first_endpoint(uri), grpc::InsecureChannelCredentials(),
-                                       arguments);
+  channel_ =
+      grpc::CreateCustomChannel(first_endpoint(uri), grpc::InsecureChannelCredentials(), arguments);
   kv_ = pb::KV::NewStub(channel_);
   lease_stub_ = pb::Lease::NewStub(channel_);
   pb::LeaseGrantRequest request;

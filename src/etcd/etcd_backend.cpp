@@ -15,10 +15,12 @@
 
 #include <fmt/format.h>
 
+#include "core/log_internal.h"
 #include "core/quorum.h"
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
 #include "etcd/etcd_own_keys.h"
+#include "etcd/etcd_version.h"
 #include "fencelock/fence.h"
 
 namespace fencelock::detail {
@@ -867,13 +869,49 @@ Result<std::string> read_pem(const std::string& option, const std::string& path)
   return text.str();
 }
 
+// Refuses (kInvalidArgument, as an evicting Redis is) a member whose version revokes live leases
+// after a leader stall (etcd/etcd_version.h), unless `allow`, which logs a warning instead. A
+// version that cannot be read (a proxy without Maintenance, a permission error) is a warning, not a
+// refusal.
+Status check_server_version(EtcdConnection& conn, bool allow) {
+  pb::StatusRequest request;
+  pb::StatusResponse response;
+  const auto deadline = Clock::now() + conn.options().io_timeout;
+  grpc::Status status = conn.call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+    return s.maintenance->Status(&c, request, &response);
+  });
+  if (!status.ok()) {
+    detail::log(LogLevel::kWarning,
+                "could not read the etcd server version ({}): etcd before 3.4.31 and 3.5.13 can "
+                "revoke live leases after a leader stall (etcd-io/etcd#15247)",
+                to_status(status, "status").message());
+    return Status::Ok();
+  }
+  auto version = parse_server_version(response.version());
+  if (!version || !revokes_live_leases_after_a_leader_stall(*version)) return Status::Ok();
+  const std::string risk = fmt::format(
+      "etcd {} can revoke live leases after a leader stall (a former leader that resumes revokes "
+      "leases it believes expired: etcd-io/etcd#15247, fixed in 3.4.31 and 3.5.13), so that a "
+      "waiter is granted while the holder still holds; fencing tokens still order writes",
+      response.version());
+  if (!allow) {
+    return Status(Code::kInvalidArgument,
+                  risk +
+                      "; upgrade etcd, or accept the risk with the URI option "
+                      "allow_stale_leader_revoke=true");
+  }
+  detail::log(LogLevel::kWarning, "{} (accepted: allow_stale_leader_revoke=true)", risk);
+  return Status::Ok();
+}
+
 // etcds:// query options: cacert (CA bundle; default: the system roots), cert and key (client
 // certificate, both or neither). etcd:// takes none.
 Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const ParsedUri& uri) {
   if (uri.scheme == "etcd") {
     if (!uri.query.empty()) {
       return Status(Code::kInvalidArgument,
-                    "etcd:// takes no query options (TLS options cacert, cert, key need etcds://)");
+                    "etcd:// takes only the option allow_stale_leader_revoke (TLS options "
+                    "cacert, cert, key need etcds://)");
     }
     return grpc::InsecureChannelCredentials();
   }
@@ -881,7 +919,9 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Pars
   for (const auto& [name, path] : uri.query) {
     if (name != "cacert" && name != "cert" && name != "key") {
       return Status(Code::kInvalidArgument,
-                    fmt::format("etcds:// has no option '{}' (use cacert, cert, key)", name));
+                    fmt::format("etcds:// has no option '{}' (use cacert, cert, key, "
+                                "allow_stale_leader_revoke)",
+                                name));
     }
     auto pem = read_pem(name, path);
     if (!pem.ok()) return pem.status();
@@ -908,6 +948,19 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
     return Status(Code::kInvalidArgument, uri.scheme + ":// needs at least one host");
   if (!uri.path.empty()) {
     return Status(Code::kInvalidArgument, uri.scheme + ":// takes no path (no /... after hosts)");
+  }
+  // allow_stale_leader_revoke=true accepts an etcd version with the stale-leader lease
+  // revocation defect (etcd/etcd_version.h); any scheme.
+  bool allow_stale_leader_revoke = false;
+  if (auto it = uri.query.find("allow_stale_leader_revoke"); it != uri.query.end()) {
+    if (it->second != "true" && it->second != "false") {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("malformed backend URI: allow_stale_leader_revoke must be true or "
+                                "false, got '{}'",
+                                it->second));
+    }
+    allow_stale_leader_revoke = it->second == "true";
+    uri.query.erase(it);
   }
   auto credentials = etcd::channel_credentials(uri);
   if (!credentials.ok()) return credentials.status();
@@ -938,8 +991,12 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                         "and that they accept cert/key"
                                       : "; is etcd running there? (a TLS cluster needs etcds://)"));
   }
+  if (Status st = etcd::check_server_version(*connection, allow_stale_leader_revoke); !st.ok())
+    return st;
+  std::string description = redact(uri);
+  if (allow_stale_leader_revoke) description += "?allow_stale_leader_revoke=true";
   return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
-      std::move(connection), redact(uri), uri.endpoints.size()));
+      std::move(connection), std::move(description), uri.endpoints.size()));
 }
 
 }  // namespace fencelock::detail

@@ -244,6 +244,7 @@ EtcdConnection::EtcdConnection(std::vector<std::string> endpoints, std::string u
     stubs.watch = pb::Watch::NewStub(stubs.channel);
     stubs.lease = pb::Lease::NewStub(stubs.channel);
     stubs.auth = pb::Auth::NewStub(stubs.channel);
+    stubs.maintenance = pb::Maintenance::NewStub(stubs.channel);
     members_.push_back(std::move(stubs));
   }
 }

@@ -52,6 +52,7 @@ struct Stubs {
   std::unique_ptr<pb::Watch::Stub> watch;
   std::unique_ptr<pb::Lease::Stub> lease;
   std::unique_ptr<pb::Auth::Stub> auth;
+  std::unique_ptr<pb::Maintenance::Stub> maintenance;
 };
 
 // A gRPC status as a fencelock Status; `what` names the call (never credentials).

@@ -67,8 +67,8 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 EtcdTls make_test_certificates(const std::string& dir) {
   const std::string openssl = find_program("openssl", "openssl");
-  EtcdTls tls{dir + "/ca.crt",     dir + "/server.crt", dir + "/server.key",
-              dir + "/client.crt", dir + "/client.key"};
+  EtcdTls tls{dir + "/ca.crt", dir + "/server.crt", dir + "/server.key", dir + "/client.crt",
+              dir + "/client.key"};
   auto run = [&](const std::vector<std::string>& args) {
     std::vector<std::string> argv = {openssl};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -88,8 +88,7 @@ EtcdTls make_test_certificates(const std::string& dir) {
             dir + "/ca.key", "-out", tls.ca},
            new_key));
   auto issue = [&](const std::string& name, const std::string& subject,
-                   const std::string& extensions, const std::string& cert,
-                   const std::string& key) {
+                   const std::string& extensions, const std::string& cert, const std::string& key) {
     const std::string csr = dir + "/" + name + ".csr", ext = dir + "/" + name + ".ext";
     std::ofstream(ext) << extensions;
     run(with({"req", "-subj", subject, "-keyout", key, "-out", csr}, new_key));
@@ -97,8 +96,8 @@ EtcdTls make_test_certificates(const std::string& dir) {
          "-CAcreateserial", "-extfile", ext, "-out", cert});
   };
   issue("server", "/CN=127.0.0.1",
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
-        tls.server_cert, tls.server_key);
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n", tls.server_cert,
+        tls.server_key);
   issue("client", "/CN=fencelock-test-client", "extendedKeyUsage=clientAuth\n", tls.client_cert,
         tls.client_key);
   return tls;
@@ -166,9 +165,10 @@ std::string EtcdCluster::endpoints() const {
 }
 
 std::string EtcdCluster::uri() const {
-  if (!tls_) return "etcd://" + endpoints();
-  return fmt::format("etcds://{}?cacert={}&cert={}&key={}", endpoints(), percent_encode(tls_->ca),
-                     percent_encode(tls_->client_cert), percent_encode(tls_->client_key));
+  if (!tls_) return "etcd://" + endpoints() + "?" + kAcceptDebianEtcd;
+  return fmt::format("etcds://{}?cacert={}&cert={}&key={}&{}", endpoints(),
+                     percent_encode(tls_->ca), percent_encode(tls_->client_cert),
+                     percent_encode(tls_->client_key), kAcceptDebianEtcd);
 }
 
 std::string EtcdCluster::client_endpoint(int i) const {
@@ -211,9 +211,8 @@ std::vector<std::string> EtcdCluster::member_args(int i, bool existing) const {
   for (int j = 0; j < size(); ++j) {
     initial_cluster += fmt::format("{}m{}={}", j == 0 ? "" : ",", j, http_url(member(j).peer_port));
   }
-  const std::string client_url =
-      tls_ ? fmt::format("https://127.0.0.1:{}", member(i).client_port)
-           : http_url(member(i).client_port);
+  const std::string client_url = tls_ ? fmt::format("https://127.0.0.1:{}", member(i).client_port)
+                                      : http_url(member(i).client_port);
   const std::string peer_url = http_url(member(i).peer_port);
   const std::vector<std::pair<std::string, std::string>> flags = {
       {"--name", fmt::format("m{}", i)},
@@ -317,9 +316,7 @@ bool EtcdCluster::port_taken() const {
   return false;
 }
 
-std::string EtcdCluster::log_tail(int i, int lines) const {
-  return file_tail(log_path(i), lines);
-}
+std::string EtcdCluster::log_tail(int i, int lines) const { return file_tail(log_path(i), lines); }
 
 std::string EtcdCluster::members_log_tails() const {
   std::string out;

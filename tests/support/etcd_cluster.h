@@ -48,6 +48,10 @@ struct EtcdTls {
 // (Debian package openssl). P-256 keys, valid 2 days. Throws std::runtime_error if openssl fails.
 EtcdTls make_test_certificates(const std::string& dir);
 
+// Debian 12's etcd (3.4.23) has the stale-leader lease revocation defect that fencelock refuses
+// by default (src/etcd/etcd_version.h): every test URI accepts it with this query option.
+inline constexpr const char* kAcceptDebianEtcd = "allow_stale_leader_revoke=true";
+
 class EtcdCluster {
  public:
   // Starts `members` etcd processes and waits (at most 30 s) until every member reports healthy
@@ -67,8 +71,9 @@ class EtcdCluster {
   ~EtcdCluster();
 
   int size() const;
-  std::string endpoints() const;             // "127.0.0.1:C0,127.0.0.1:C1,..." (client ports)
-  // "etcd://" + endpoints(); with TLS "etcds://" + endpoints() + "?cacert=..&cert=..&key=.."
+  std::string endpoints() const;  // "127.0.0.1:C0,127.0.0.1:C1,..." (client ports)
+  // "etcd://" + endpoints() + "?" + kAcceptDebianEtcd; with TLS "etcds://" + endpoints() +
+  // "?cacert=..&cert=..&key=..&" + kAcceptDebianEtcd.
   std::string uri() const;
   std::string client_endpoint(int i) const;  // "127.0.0.1:Ci"
   std::string log_path(int i) const;         // TMP/mI.log
