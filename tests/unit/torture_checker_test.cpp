@@ -452,8 +452,14 @@ TEST(TortureChecker, AnAdminDeleteIsExcusedOnlyForAHolderThatLearnsWithinARenewa
   EXPECT_EQ(late.deletions_unnoticed, 1u);
   EXPECT_EQ(late.exclusion_violations, 1u);
 
-  h.r.leases.back().lost = false;  // never learned
+  h.r.leases.back().lost = false;  // let go in time without being told (a fenced write ended it)
   h.r.leases.back().fired_at = 0;
+  h.r.leases.back().observed_at = 1010 * kMs;
+  Report let_go = check(h.r, o);
+  EXPECT_EQ(let_go.verdict(), Verdict::kSafe) << testing::PrintToString(let_go.violations);
+  EXPECT_EQ(let_go.overlaps_excused, 1u);
+
+  h.r.leases.back().observed_at = 1100 * kMs;  // never learned, and held on past the bound
   Report never = check(h.r, o);
   EXPECT_EQ(never.deletions_unnoticed, 1u);
   EXPECT_EQ(never.verdict(), Verdict::kUnsafe);

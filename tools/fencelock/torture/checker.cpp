@@ -91,11 +91,15 @@ class Checker {
   static Nanos done(const InjectedFault& f) { return std::max(f.at, f.done_at); }
 
   // Whether `lease` was taken away by an admin-delete that began before `t` (granted before the
-  // delete was over) and its holder learned of it in time.
+  // delete was over) and its holder learned of it in time, or let go of it in time (released it,
+  // its report written, before the learning bound: what check_deletions() accepts too).
   bool deleted_and_told(const LeaseReport& lease, Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      return f.kind == "admin-delete" && lease.granted_at <= done(f) && f.at <= t && lease.lost &&
-             lease.fired_at != 0 && lease.fired_at <= done(f) + learn_bound();
+      if (f.kind != "admin-delete" || lease.granted_at > done(f) || f.at > t) return false;
+      const Nanos bound = done(f) + learn_bound();
+      const bool told = lease.lost && lease.fired_at != 0 && lease.fired_at <= bound;
+      const bool let_go = !lease.lost && lease.observed_at != 0 && lease.observed_at <= bound;
+      return told || let_go;
     });
   }
 
