@@ -9,7 +9,8 @@
 # it runs); FENCELOCK_SKIP_BUILD=1 skips deps.sh and build.sh. FENCELOCK_RELIABILITY_GROUPS picks
 # the rows (default "base faults12": base = every backend x the first eight fault kinds, the AOF
 # row and the weaker fences; faults12 = the fault classes of issue 12: admin-delete, delay-one,
-# cancel-race, minority-stall, many-leases, evict, server-kill against a lazy WAL writer);
+# cancel-race, minority-stall, many-leases, evict, server-kill against a lazy WAL writer, failover
+# to an asynchronous and a synchronous standby);
 # FENCELOCK_RELIABILITY_APPEND=1 adds to RESULTS instead of starting it afresh.
 set -euo pipefail
 
@@ -95,7 +96,7 @@ if [[ $groups == *" faults12 "* ]]; then
   # allow_eviction=true: what fencelock refuses by default) and not (noeviction).
   for policy in allkeys-lru noeviction; do
     small=(FENCELOCK_SERVICES=redis FENCELOCK_REDIS_PORTS=7121 FENCELOCK_REDIS_MAXMEMORY=4mb
-      FENCELOCK_REDIS_POLICY=$policy FENCELOCK_STATE_DIR=/tmp/fencelock-servers-$policy)
+      "FENCELOCK_REDIS_POLICY=$policy" "FENCELOCK_STATE_DIR=/tmp/fencelock-servers-$policy")
     env "${small[@]}" ./scripts/servers.sh start >/dev/null
     query=""
     [[ $policy == allkeys-lru ]] && query="?allow_eviction=true"
@@ -114,6 +115,23 @@ if [[ $groups == *" faults12 "* ]]; then
   done
   FENCELOCK_SERVICES=postgres ./scripts/servers.sh stop >/dev/null
   FENCELOCK_SERVICES=postgres ./scripts/servers.sh start >/dev/null
+  # A primary with a streaming standby, failed over after replication stalled for 4 TTL:
+  # asynchronous (unsupported: tokens can repeat) and synchronous. A fresh pair per run, in its
+  # own state directory (a failed-over primary stays down).
+  for sync in 0 1; do
+    for mode in advisory lease; do
+      pair=(FENCELOCK_SERVICES=postgres FENCELOCK_PG_PORT=7241 FENCELOCK_PG_STANDBY_PORT=7242
+        "FENCELOCK_PG_SYNC=$sync" FENCELOCK_STATE_DIR=/tmp/fencelock-servers-failover)
+      env "${pair[@]}" ./scripts/servers.sh stop >/dev/null
+      rm -rf /tmp/fencelock-servers-failover
+      env "${pair[@]}" ./scripts/servers.sh start >/dev/null
+      pair_uri=$(env "${pair[@]}" ./scripts/servers.sh env | sed -n 's/^export FENCELOCK_PG_URI=//p')
+      (export "${pair[@]}" && run "pg_$mode, $([[ $sync == 1 ]] && echo sync || echo async) standby" \
+        "$pair_uri&mode=$mode" failover "${control[@]}")
+      env "${pair[@]}" ./scripts/servers.sh stop >/dev/null
+    done
+  done
+  rm -rf /tmp/fencelock-servers-failover
 fi
 
 # The table: one row per run.

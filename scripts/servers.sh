@@ -13,6 +13,12 @@
 #   scripts/servers.sh fill PORT  write about 4 MB of junk keys to the Redis on PORT (memory
 #                               pressure: with FENCELOCK_REDIS_MAXMEMORY and an evicting
 #                               FENCELOCK_REDIS_POLICY the server evicts; torture evict)
+#   scripts/servers.sh failover PORT [LAG]  PostgreSQL with a standby only: stall replication
+#                               (SIGSTOP the primary's WAL senders) for LAG seconds (default 2)
+#                               while the primary keeps committing, crash the primary on PORT
+#                               (SIGKILL of the postmaster and its children) and promote the
+#                               standby; the old primary stays down for good (stop, and remove
+#                               the state directory, for a fresh pair) (torture failover)
 #   scripts/servers.sh admin-delete KIND KEY  take lock KEY away behind its holder's back, as an
 #                               operator would: KIND redis (DEL on every Redis), etcd (etcdctl
 #                               del of NAME/'s keys), postgres-lease (DELETE of its row),
@@ -30,7 +36,10 @@
 # loses seconds of commits, as the torture's server-kill needs to test fencelock's own
 # synchronous_commit; it applies when the server starts). As root,
 # initdb and the server run as the OS user `postgres`. PostgreSQL 15 binaries come from
-# FENCELOCK_PG_BINDIR (default /usr/lib/postgresql/15/bin).
+# FENCELOCK_PG_BINDIR (default /usr/lib/postgresql/15/bin). FENCELOCK_PG_STANDBY_PORT=PORT adds a
+# streaming standby (pg_basebackup of the primary, in FENCELOCK_STATE_DIR/postgres-standby),
+# asynchronous unless FENCELOCK_PG_SYNC=1 (synchronous_standby_names = '*'); `env` then names both
+# hosts with target_session_attrs=read-write, so that clients follow a failover.
 # etcd: one 3-member etcd 3.4 cluster on 127.0.0.1, client ports FENCELOCK_ETCD_PORTS (default
 # "7301 7302 7303"), peer ports those plus 10, member N's state (data/, etcd.log, etcd.pid) in
 # FENCELOCK_STATE_DIR/etcd-N; stop keeps the data (remove the directories for a fresh cluster).
@@ -171,6 +180,11 @@ PG_BIN=${FENCELOCK_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 PG_USER=fencelock
 PG_PASSWORD=fencelock-test-pw
 PG_DATABASE=fencelock
+PG_STANDBY_PORT=${FENCELOCK_PG_STANDBY_PORT:-}
+PG_STANDBY_DIR=$PG_DIR-standby
+PG_STANDBY_DATA=$PG_STANDBY_DIR/data
+# Written by `failover`: the primary in PG_DIR was crashed and its standby promoted.
+PG_FAILED_OVER=$PG_DIR/failed-over
 
 # initdb, pg_ctl and postgres refuse to run as root: as root they run as the OS user `postgres`.
 postgres_as_owner() {
@@ -238,10 +252,81 @@ postgres_ensure_role_and_database() {
   fi
 }
 
+postgres_standby_pid() { sed -n 1p "$PG_STANDBY_DATA/postmaster.pid" 2>/dev/null || true; }
+postgres_standby_ours() { pid_matches "$(postgres_standby_pid)" "$PG_STANDBY_DATA"; }
+postgres_standby_sql() {
+  psql -X -w -q -At -v ON_ERROR_STOP=1 -h "$PG_DIR" -p "$PG_STANDBY_PORT" -U postgres -d postgres \
+    "$@"
+}
+postgres_streaming() {
+  [[ $(postgres_superuser_sql -c "SELECT count(*) FROM pg_stat_replication WHERE state = \
+    'streaming'" 2>/dev/null) -ge 1 ]]
+}
+postgres_promoted() { [[ $(postgres_standby_sql -c "SELECT pg_is_in_recovery()" 2>/dev/null) == f ]]; }
+
+# The standby of FENCELOCK_PG_STANDBY_PORT: a base backup of the primary (first start), started
+# as a streaming replica; the primary's synchronous_standby_names follows FENCELOCK_PG_SYNC.
+postgres_standby_start() {
+  local names="''"
+  [[ ${FENCELOCK_PG_SYNC:-0} == 1 ]] && names="'*'"
+  postgres_superuser_sql -c "ALTER SYSTEM SET synchronous_standby_names = $names" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  if postgres_standby_ours; then
+    echo "postgres standby 127.0.0.1:$PG_STANDBY_PORT already running (pid $(postgres_standby_pid))"
+    return
+  fi
+  mkdir -p "$PG_STANDBY_DIR"
+  [[ $(id -u) -eq 0 ]] && chown postgres:postgres "$PG_STANDBY_DIR"
+  if [[ ! -f $PG_STANDBY_DATA/PG_VERSION ]]; then
+    if ! postgres_as_owner "$PG_BIN/pg_basebackup" -h "$PG_DIR" -p "$PG_PORT" -U postgres \
+      -D "$PG_STANDBY_DATA" -R -X stream -c fast --no-sync >"$PG_STANDBY_DIR/basebackup.log" 2>&1; then
+      tail -n 5 "$PG_STANDBY_DIR/basebackup.log" >&2 || true
+      die "pg_basebackup of the primary on port $PG_PORT failed"
+    fi
+    # Promoted, it has no standby of its own: it must not wait for one (it would refuse every
+    # commit), whatever the primary's setting the backup copied.
+    echo "synchronous_standby_names = ''" >>"$PG_STANDBY_DATA/postgresql.auto.conf"
+  fi
+  if ! postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_STANDBY_DATA" -l "$PG_STANDBY_DIR/postgres.log" \
+    -o "-p $PG_STANDBY_PORT" -w -t 30 start >/dev/null; then
+    tail -n 5 "$PG_STANDBY_DIR/postgres.log" >&2 || true
+    die "the standby on port $PG_STANDBY_PORT did not start (log: $PG_STANDBY_DIR/postgres.log)"
+  fi
+  wait_until 300 postgres_streaming || die "the standby on port $PG_STANDBY_PORT does not stream"
+  echo "postgres standby 127.0.0.1:$PG_STANDBY_PORT started (pid $(postgres_standby_pid)," \
+    "$([[ $names == "'*'" ]] && echo synchronous || echo asynchronous))"
+}
+
+# Crashes the primary after LAG seconds of stalled replication and promotes the standby.
+postgres_failover() {
+  local port=$1 lag=${2:-2} senders pid postmaster
+  [[ $port == "$PG_PORT" ]] || die "failover: port $port is not the primary's ($PG_PORT)"
+  [[ -n $PG_STANDBY_PORT ]] || die "failover needs a standby (FENCELOCK_PG_STANDBY_PORT)"
+  postgres_ours || die "failover: the primary on port $PG_PORT is not running"
+  postgres_standby_ours || die "failover: the standby on port $PG_STANDBY_PORT is not running"
+  senders=$(postgres_superuser_sql -c "SELECT pid FROM pg_stat_replication")
+  [[ -n $senders ]] || die "failover: the primary has no WAL sender"
+  for pid in $senders; do kill -STOP "$pid"; done
+  sleep "$lag"
+  postmaster=$(postgres_pid)
+  kill -KILL "$postmaster"
+  pkill -KILL -P "$postmaster" || true
+  wait_until 50 process_gone "$postmaster" || die "the primary's postmaster survived SIGKILL"
+  touch "$PG_FAILED_OVER"
+  postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_STANDBY_DATA" -w -t 30 promote >/dev/null ||
+    die "the standby on port $PG_STANDBY_PORT was not promoted"
+  wait_until 100 postgres_promoted || die "the standby on port $PG_STANDBY_PORT stays read-only"
+  echo "postgres 127.0.0.1:$port crashed after ${lag}s of stalled replication;" \
+    "standby 127.0.0.1:$PG_STANDBY_PORT promoted"
+}
+
 postgres_start() {
   [[ -x $PG_BIN/initdb && -x $PG_BIN/pg_ctl ]] ||
     die "PostgreSQL 15 not found in $PG_BIN: run scripts/deps.sh (or set FENCELOCK_PG_BINDIR)"
   command -v psql >/dev/null 2>&1 || die "psql not found: run scripts/deps.sh"
+  [[ ! -e $PG_FAILED_OVER ]] ||
+    die "the primary in $PG_DIR was failed over (its standby promoted): run '$0 stop' and" \
+      "remove $STATE_DIR for a fresh pair"
   if postgres_up; then
     echo "postgres 127.0.0.1:$PG_PORT already running (pid $(postgres_pid))"
     return
@@ -272,6 +357,7 @@ postgres_start() {
       "(log: $PG_DIR/postgres.log)"
   fi
   echo "postgres 127.0.0.1:$PG_PORT started (pid $(postgres_pid))"
+  [[ -z $PG_STANDBY_PORT ]] || postgres_standby_start
 }
 
 postgres_stop() {
@@ -286,6 +372,14 @@ postgres_stop() {
     fi
     echo "postgres 127.0.0.1:$port stopped (pid $pid)"
   fi
+  if postgres_standby_ours; then
+    pid=$(postgres_standby_pid)
+    kill -INT "$pid"
+    if ! wait_until 300 process_gone "$pid"; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    echo "postgres standby 127.0.0.1:$PG_STANDBY_PORT stopped (pid $pid)"
+  fi
 }
 
 postgres_status() {
@@ -296,12 +390,24 @@ postgres_status() {
       "on port $PG_PORT (pid $(postgres_pid))"
     return 1
   else
-    echo "postgres 127.0.0.1:$PG_PORT stopped"
+    echo "postgres 127.0.0.1:$PG_PORT stopped$([[ -e $PG_FAILED_OVER ]] && echo ' (failed over)')"
+    [[ -e $PG_FAILED_OVER ]] || return 1
+  fi
+  [[ -n $PG_STANDBY_PORT ]] || return 0
+  if postgres_standby_ours; then
+    echo "postgres standby 127.0.0.1:$PG_STANDBY_PORT running (pid $(postgres_standby_pid))"
+  else
+    echo "postgres standby 127.0.0.1:$PG_STANDBY_PORT stopped"
     return 1
   fi
 }
 
 postgres_env() {
+  if [[ -n $PG_STANDBY_PORT ]]; then
+    local hosts=127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT
+    echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@$hosts/$PG_DATABASE?target_session_attrs=read-write"
+    return
+  fi
   echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DATABASE"
 }
 
@@ -558,6 +664,10 @@ main() {
         end
         return ok" 0 "$RANDOM$RANDOM") keys written"
       ;;
+    failover)
+      [[ $# -eq 2 || $# -eq 3 ]] || die "usage: $0 failover PORT [LAG_SECONDS]"
+      postgres_failover "$2" "${3:-2}"
+      ;;
     admin-delete)
       [[ $# -eq 3 ]] || die "usage: $0 admin-delete KIND KEY"
       admin_delete "$2" "$3"
@@ -572,7 +682,7 @@ main() {
       [[ $failed -eq 0 ]] || exit 3
       ;;
     *)
-      echo "usage: $0 start|stop|status|env|kill PORT|pause PORT|resume PORT|admin-delete KIND KEY" >&2
+      echo "usage: $0 start|stop|status|env|kill PORT|pause PORT|resume PORT|fill PORT|failover PORT [LAG]|admin-delete KIND KEY" >&2
       exit 2
       ;;
   esac

@@ -126,6 +126,99 @@ TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAStalledMinorityAndADelayedComman
   remove_tree(dir);
 }
 
+// A PostgreSQL primary and its streaming standby started by scripts/servers.sh (its own state
+// directory and ports), which is also the control program of the failover fault.
+class PostgresPair {
+ public:
+  explicit PostgresPair(bool synchronous)
+      : dir_(make_temp_dir("fencelock-torture-failover-")),
+        env_{"FENCELOCK_SERVICES=postgres", "FENCELOCK_STATE_DIR=" + dir_ + "/state",
+             fmt::format("FENCELOCK_PG_PORT={}", free_loopback_port()),
+             fmt::format("FENCELOCK_PG_STANDBY_PORT={}", free_loopback_port()),
+             std::string("FENCELOCK_PG_SYNC=") + (synchronous ? "1" : "0")} {
+    // As root the servers run as the OS user postgres, which must reach the state directory.
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
+                                           std::filesystem::perms::group_exec |
+                                           std::filesystem::perms::others_exec);
+    RunResult started = servers({"start"}, std::chrono::minutes(2));
+    if (started.exit_code != 0) {
+      throw std::runtime_error("servers.sh start: " + started.stdout_text + started.stderr_text);
+    }
+    RunResult env = servers({"env"});
+    const std::string prefix = "export FENCELOCK_PG_URI=";
+    const auto at = env.stdout_text.find(prefix);
+    if (at == std::string::npos) throw std::runtime_error("servers.sh env: " + env.stdout_text);
+    uri_ = env.stdout_text.substr(at + prefix.size());
+    uri_ = uri_.substr(0, uri_.find('\n'));
+  }
+  ~PostgresPair() {
+    (void)servers({"stop"});
+    remove_tree(dir_);
+  }
+  PostgresPair(const PostgresPair&) = delete;
+  PostgresPair& operator=(const PostgresPair&) = delete;
+
+  // The primary first, the standby second, target_session_attrs=read-write.
+  const std::string& uri() const { return uri_; }
+  const std::vector<std::string>& env() const { return env_; }
+
+ private:
+  RunResult servers(const std::vector<std::string>& args,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) const {
+    std::vector<std::string> argv = {"bash", FENCELOCK_SERVERS_SH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, env_, "", timeout);
+  }
+
+  std::string dir_;
+  std::vector<std::string> env_;
+  std::string uri_;
+};
+
+nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mode,
+                                int expected_exit) {
+  std::vector<std::string> args = {"torture",
+                                   "--backend",
+                                   pair.uri() + "&mode=" + mode,
+                                   "--json",
+                                   "--workers",
+                                   "3",
+                                   "--duration",
+                                   "20s",
+                                   "--faults",
+                                   "failover",
+                                   "--server-control",
+                                   FENCELOCK_SERVERS_SH};
+  RunResult run = run_cli(args, pair.env(), std::chrono::minutes(3));
+  EXPECT_EQ(run.exit_code, expected_exit) << run.stderr_text << run.stdout_text;
+  auto report = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(report.is_object()) << run.stdout_text << run.stderr_text;
+  return report.is_object() ? report : nlohmann::json::object();
+}
+
+// A failover to a standby that lagged (replication stalled for 4 TTL, then the primary crashed
+// and the standby was promoted). Asynchronous replication, which fencelock does not support
+// (docs/PROTOCOLS.md): the standby's token sequence is behind what was granted, and the tester
+// must say UNSAFE with repeated tokens. Synchronous: nothing committed is lost, SAFE.
+TEST(TortureCli, AFailoverToALaggingAsynchronousStandbyRepeatsTokensAndIsCaught) {
+  PostgresPair pair(/*synchronous=*/false);
+  auto r = torture_failover(pair, "lease", 1);
+  EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
+  EXPECT_GT(r.value("token_violations", 0), 0) << r.dump();
+  EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << r.dump();
+}
+
+TEST(TortureCli, AFailoverToASynchronousStandbyIsSafeInBothModes) {
+  for (const char* mode : {"lease", "advisory"}) {
+    PostgresPair pair(/*synchronous=*/true);
+    auto r = torture_failover(pair, mode, 0);
+    EXPECT_EQ(r.value("verdict", ""), "SAFE") << mode << ": " << r.dump();
+    EXPECT_EQ(r.value("token_violations", -1), 0) << mode << ": " << r.dump();
+    EXPECT_EQ(r.value("exclusion_violations", -1), 0) << mode << ": " << r.dump();
+    EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << mode << ": " << r.dump();
+  }
+}
+
 // Clock faults through libfaketime: a worker whose clocks run at a quarter speed (its renewals
 // come late, its validity estimate is 4x too long) and a worker whose wall clock steps back.
 TEST(TortureCli, ClockSkewAndWallClockJumpsAreSafe) {

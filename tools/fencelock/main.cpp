@@ -176,7 +176,8 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "(libfaketime), server-kill, minority-stall (SIGSTOP one server), admin-delete (the lock\n"
       "taken away behind its holder: --server-control), many-leases (each worker also holds\n"
       "--extra-leases long leases), evict (memory pressure on Redis: PROGRAM fill PORT),\n"
-      "cancel-race (waits that time out or are cancelled about when a holder releases).\n\n"
+      "cancel-race (waits that time out or are cancelled about when a holder releases),\n"
+      "failover (PostgreSQL: replication stalled, primary crashed, standby promoted).\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);
@@ -197,8 +198,9 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       ->type_name("DIR");
   torture
       ->add_option("--server-control", args.server_control,
-                   "For server-kill, minority-stall, admin-delete: PROGRAM kill PORT / start / "
-                   "pause PORT / resume PORT / admin-delete KIND KEY (scripts/servers.sh)")
+                   "For server-kill, minority-stall, admin-delete, evict, failover: PROGRAM "
+                   "kill PORT / start / pause PORT / resume PORT / admin-delete KIND KEY / fill "
+                   "PORT / failover PORT LAG (scripts/servers.sh)")
       ->type_name("PROGRAM");
   torture
       ->add_option("--extra-leases", args.extra_leases,

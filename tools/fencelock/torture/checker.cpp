@@ -74,11 +74,11 @@ class Checker {
   }
 
   // Whether `t` lies within a fault that can end a holder's session or process (kill, drop,
-  // partition, server-kill), or one TTL after it.
+  // partition, server-kill, failover), or one TTL after it.
   bool in_session_fault(Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      const bool ends_sessions =
-          f.kind == "kill" || f.kind == "drop" || f.kind == "partition" || f.kind == "server-kill";
+      const bool ends_sessions = f.kind == "kill" || f.kind == "drop" || f.kind == "partition" ||
+                                 f.kind == "server-kill" || f.kind == "failover";
       return ends_sessions && f.at <= t && t <= f.healed_at + margin_;
     });
   }

@@ -193,7 +193,8 @@ class Orchestrator {
       }
     }
     worker_uri_ = uri;
-    for (const char* kind : {"server-kill", "minority-stall", "admin-delete", "evict"}) {
+    for (const char* kind :
+         {"server-kill", "minority-stall", "admin-delete", "evict", "failover"}) {
       if (wanted(settings_.faults, kind) && settings_.server_control.empty()) {
         throw std::invalid_argument(
             fmt::format("the fault {} needs --server-control PROGRAM (e.g. scripts/servers.sh "
@@ -204,8 +205,13 @@ class Orchestrator {
     if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
+    if (wanted(settings_.faults, "failover") && !uri.starts_with("postgres")) {
+      throw std::invalid_argument(
+          "the fault failover needs a postgres:// URI that names the primary first and its "
+          "standby (host1,host2 with target_session_attrs=read-write)");
+    }
     if (wanted(settings_.faults, "server-kill") || wanted(settings_.faults, "minority-stall") ||
-        wanted(settings_.faults, "evict")) {
+        wanted(settings_.faults, "evict") || wanted(settings_.faults, "failover")) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
@@ -536,6 +542,22 @@ class Orchestrator {
       }
       fault.restart_servers = true;
       fault.heal_at += settings_.ttl;
+    } else if (kind == "failover") {
+      // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
+      // standby promoted (PROGRAM failover PORT LAG): with asynchronous replication the standby
+      // lacks the commits of the stall. 4 TTL is long enough for the workers to draw more
+      // tokens than a PostgreSQL sequence logs ahead (32), so that a lost commit can show as a
+      // repeated token. Once per run: the old primary stays down.
+      const HostPort& primary = servers_.front();
+      const bool failed_over = run_control(
+          {"failover", std::to_string(primary.port),
+           fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
+      fault.record.done_at = monotonic_now();  // `at`: when replication stalled
+      const std::optional<bool> down = port_refuses(primary.host, primary.port);
+      fault.record.took_effect = failed_over && down.value_or(true);
+      if (!failed_over) fault.record.note = "the control program's failover failed";
+      std::erase(scheduled_, std::string("failover"));
+      fault.heal_at = Clock::now() + settings_.ttl * 2;
     } else if (kind == "minority-stall") {
       // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
       // back. Resumed 1.5 TTL later.
@@ -707,9 +729,9 @@ class Orchestrator {
 }  // namespace
 
 bool known_fault(const std::string& kind) {
-  for (const char* k :
-       {"pause", "kill", "latency", "drop", "partition", "skew", "jump", "server-kill",
-        "minority-stall", "admin-delete", "many-leases", "delay-one", "evict", "cancel-race"})
+  for (const char* k : {"pause", "kill", "latency", "drop", "partition", "skew", "jump",
+                        "server-kill", "minority-stall", "admin-delete", "many-leases", "delay-one",
+                        "evict", "cancel-race", "failover"})
     if (kind == k) return true;
   return false;
 }

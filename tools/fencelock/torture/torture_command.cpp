@@ -70,7 +70,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
       return Status(Code::kInvalidArgument,
                     fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
                                 "jump, server-kill, minority-stall, admin-delete, many-leases, "
-                                "delay-one, evict, cancel-race)",
+                                "delay-one, evict, cancel-race, failover)",
                                 fault));
     }
     s.faults.push_back(fault);

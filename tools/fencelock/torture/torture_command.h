@@ -16,6 +16,9 @@
 //   jump       a worker's wall clock steps back 30 s for 2 TTL (libfaketime; monotonic unchanged)
 //   server-kill  one server (in turn) is crashed with `--server-control PROGRAM kill PORT` and
 //              brought back one TTL later with `PROGRAM start` (scripts/servers.sh)
+//   failover   PostgreSQL with a standby: `PROGRAM failover PORT LAG` stalls replication for
+//              4 TTL, crashes the primary (the URI's first host) and promotes the standby;
+//              once per run
 // Network faults run through a FaultProxy per server on 127.0.0.1 (workers connect to it).
 #pragma once
 
