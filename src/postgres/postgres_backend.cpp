@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/log_internal.h"
 #include "core/quorum.h"
 #include "postgres/advisory_backend.h"
 #include "postgres/pg_connection.h"
@@ -68,6 +69,26 @@ Status check_token_sequences(PgPool& pool, milliseconds timeout) {
                             "block, so tokens would not follow grant order; run `ALTER SEQUENCE "
                             "{} CACHE 1` (fencelock creates it so)",
                             name, PQgetvalue(r->get(), 0, 1), name));
+}
+
+// A primary that streams to standbys while synchronous_standby_names is empty replicates
+// asynchronously: a failover to one of them can lose the newest grants and repeat tokens
+// (docs/PROTOCOLS.md). Warned, not refused: pg_stat_replication also lists logical replication,
+// and a role without pg_read_all_stats cannot tell the two apart.
+void warn_asynchronous_standbys(PgPool& pool, milliseconds timeout) {
+  auto r = run(pool,
+               "SELECT count(*), current_setting('synchronous_standby_names') FROM "
+               "pg_stat_replication",
+               {}, Clock::now() + timeout);
+  if (!r.ok() || PQntuples(r->get()) != 1) return;
+  const std::string senders = PQgetvalue(r->get(), 0, 0);
+  const std::string names = PQgetvalue(r->get(), 0, 1);
+  if (senders == "0" || !names.empty()) return;
+  detail::log(LogLevel::kWarning,
+              "PostgreSQL replicates to {} standby(s) asynchronously (synchronous_standby_names "
+              "is empty): a failover to one can lose the newest grants and repeat fencing tokens; "
+              "set synchronous_standby_names before relying on failover",
+              senders);
 }
 
 class LeaseBackend final : public Backend {
@@ -199,6 +220,7 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
   if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
     return cached;
   }
+  postgres::warn_asynchronous_standbys(setup, options.io_timeout);
   if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
   return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
 }

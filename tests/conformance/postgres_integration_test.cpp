@@ -5,13 +5,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <signal.h>
 
 #include "fencelock/client.h"
+#include "fencelock/log.h"
 #include "fencelock/migrate.h"
 #include "support/postgres_server.h"
 
@@ -93,8 +96,22 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
 
       std::uint64_t highest_granted = 0;
       {
+        std::vector<std::string> warnings;
+        std::mutex warnings_mu;
+        set_log_sink(
+            [&](LogLevel, std::string_view message) {
+              std::lock_guard lock(warnings_mu);
+              warnings.emplace_back(message);
+            },
+            LogLevel::kWarning);
         auto client = Client::connect(primary->uri() + "?mode=" + mode, {.io_timeout = 1s});
+        set_log_sink({});
         ASSERT_TRUE(client.ok()) << client.status().to_string();
+        // Connect warns of an asynchronous standby, and only of one.
+        const bool warned = std::any_of(warnings.begin(), warnings.end(), [](const auto& w) {
+          return w.find("asynchronously") != std::string::npos;
+        });
+        EXPECT_EQ(warned, !synchronous) << ::testing::PrintToString(warnings);
         const LockKey name = *LockKey::make("failover");
         auto grant = [&] {
           auto lease = client->acquire(name, {.ttl = 5s});
