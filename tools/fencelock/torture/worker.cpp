@@ -104,10 +104,12 @@ int run_worker(const WorkerArgs& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  // many-leases: the Client's renewer carries these along with the contended lease.
+  // many-leases: the Client's renewer carries these along with the contended lease. Not named
+  // under KEY/: on etcd the locks nested under a lock's name are in its prefix, and every
+  // acquisition of KEY would read them all.
   std::vector<Lease> extra;
   for (int i = 0; i < args.extra_leases && !g_stop; ++i) {
-    const auto extra_key = *LockKey::make(fmt::format("{}/extra/{}/{}", args.key, args.id, i));
+    const auto extra_key = *LockKey::make(fmt::format("{}-extra/{}/{}", args.key, args.id, i));
     for (int attempt = 0; attempt < 50 && !g_stop; ++attempt) {  // through faults, bounded
       auto held = client->acquire(extra_key, {.ttl = std::chrono::seconds(60)});
       if (held.ok()) {

@@ -7,7 +7,7 @@
 // between the read and the write, so the lease must be renewed while it is held. It does not stop
 // its critical section when lost() fires: it plays a holder that was paused or ignores the signal,
 // which the fence must absorb. SIGTERM ends it after the current cycle. With --extra-leases N it
-// first takes N long leases on keys KEY/extra/ID/I (TTL 60 s, renewed by the same Client) and
+// first takes N long leases on keys KEY-extra/ID/I (TTL 60 s, renewed by the same Client) and
 // logs {"t":"extra","held":N}: the contended lease must still signal lost() in time. Between
 // SIGUSR1 and SIGUSR2 (cancel-race) its waits end about when a holder releases: every other one
 // times out after 1..3x the critical section, the others are cancelled after as long; each such
