@@ -39,7 +39,8 @@
 # FENCELOCK_PG_BINDIR (default /usr/lib/postgresql/15/bin). FENCELOCK_PG_STANDBY_PORT=PORT adds a
 # streaming standby (pg_basebackup of the primary, in FENCELOCK_STATE_DIR/postgres-standby),
 # asynchronous unless FENCELOCK_PG_SYNC=1 (synchronous_standby_names = '*'); `env` then names both
-# hosts with target_session_attrs=read-write, so that clients follow a failover.
+# hosts with target_session_attrs=read-write, so that clients follow a failover (and, for an
+# asynchronous standby, allow_async_standby=true, which fencelock otherwise refuses).
 # etcd: one 3-member etcd 3.4 cluster on 127.0.0.1, client ports FENCELOCK_ETCD_PORTS (default
 # "7301 7302 7303"), peer ports those plus 10, member N's state (data/, etcd.log, etcd.pid) in
 # FENCELOCK_STATE_DIR/etcd-N; stop keeps the data (remove the directories for a fresh cluster).
@@ -404,8 +405,10 @@ postgres_status() {
 
 postgres_env() {
   if [[ -n $PG_STANDBY_PORT ]]; then
-    local hosts=127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT
-    echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@$hosts/$PG_DATABASE?target_session_attrs=read-write"
+    local hosts=127.0.0.1:$PG_PORT,127.0.0.1:$PG_STANDBY_PORT query=target_session_attrs=read-write
+    # fencelock refuses an asynchronous standby by default: accepted here, visibly, for tests.
+    [[ ${FENCELOCK_PG_SYNC:-0} == 1 ]] || query+="&allow_async_standby=true"
+    echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@$hosts/$PG_DATABASE?$query"
     return
   fi
   echo "export FENCELOCK_PG_URI=postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DATABASE"

@@ -73,22 +73,32 @@ Status check_token_sequences(PgPool& pool, milliseconds timeout) {
 
 // A primary that streams to standbys while synchronous_standby_names is empty replicates
 // asynchronously: a failover to one of them can lose the newest grants and repeat tokens
-// (docs/PROTOCOLS.md). Warned, not refused: pg_stat_replication also lists logical replication,
-// and a role without pg_read_all_stats cannot tell the two apart.
-void warn_asynchronous_standbys(PgPool& pool, milliseconds timeout) {
+// (docs/PROTOCOLS.md). Refused unless `allow` (then a warning). pg_stat_replication also lists
+// logical replication, which a role without pg_read_all_stats cannot tell apart: such a server
+// needs the option too.
+Status check_asynchronous_standbys(PgPool& pool, milliseconds timeout, bool allow) {
   auto r = run(pool,
                "SELECT count(*), current_setting('synchronous_standby_names') FROM "
                "pg_stat_replication",
                {}, Clock::now() + timeout);
-  if (!r.ok() || PQntuples(r->get()) != 1) return;
+  if (!r.ok() || PQntuples(r->get()) != 1) return Status::Ok();
   const std::string senders = PQgetvalue(r->get(), 0, 0);
   const std::string names = PQgetvalue(r->get(), 0, 1);
-  if (senders == "0" || !names.empty()) return;
-  detail::log(LogLevel::kWarning,
-              "PostgreSQL replicates to {} standby(s) asynchronously (synchronous_standby_names "
-              "is empty): a failover to one can lose the newest grants and repeat fencing tokens; "
-              "set synchronous_standby_names before relying on failover",
-              senders);
+  if (senders == "0" || !names.empty()) return Status::Ok();
+  const std::string risk = fmt::format(
+      "the PostgreSQL server replicates to {} standby(s) asynchronously "
+      "(synchronous_standby_names is empty): a failover to one can lose the newest grants and "
+      "repeat fencing tokens",
+      senders);
+  if (!allow) {
+    return Status(Code::kInvalidArgument,
+                  risk +
+                      "; set synchronous_standby_names, or accept the risk with the URI "
+                      "option allow_async_standby=true (also needed when the senders are "
+                      "logical replication)");
+  }
+  detail::log(LogLevel::kWarning, "{} (accepted: allow_async_standby=true)", risk);
+  return Status::Ok();
 }
 
 class LeaseBackend final : public Backend {
@@ -220,7 +230,11 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
   if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
     return cached;
   }
-  postgres::warn_asynchronous_standbys(setup, options.io_timeout);
+  if (Status async = postgres::check_asynchronous_standbys(setup, options.io_timeout,
+                                                           split->allow_async_standby);
+      !async.ok()) {
+    return async;
+  }
   if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
   return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
 }

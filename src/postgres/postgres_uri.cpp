@@ -41,6 +41,11 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
         return bad(fmt::format("pool '{}' is not a number in 1..1000", value));
       }
       out.pool = n;
+    } else if (name == "allow_async_standby") {
+      if (value != "true" && value != "false") {
+        return bad(fmt::format("allow_async_standby must be true or false, got '{}'", value));
+      }
+      out.allow_async_standby = value == "true";
     } else if (!pair.empty()) {
       kept += (kept.empty() ? "?" : "&") + std::string(pair);
     }
@@ -55,6 +60,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
     if (colon != std::string::npos && colon < at) shown.erase(colon, at - colon);
   }
   out.description = shown + "?mode=" + out.mode;
+  if (out.allow_async_standby) out.description += "&allow_async_standby=true";
   return out;
 }
 

@@ -96,6 +96,17 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
 
       std::uint64_t highest_granted = 0;
       {
+        // An asynchronous standby is refused at connect, naming the way to accept it; accepted,
+        // connect warns. A synchronous one needs nothing.
+        const std::string uri = primary->uri() + "?mode=" + mode;
+        auto refused = Client::connect(uri, {.io_timeout = 1s});
+        if (synchronous) {
+          EXPECT_TRUE(refused.ok()) << refused.status().to_string();
+        } else {
+          EXPECT_EQ(refused.code(), Code::kInvalidArgument) << refused.status().to_string();
+          EXPECT_NE(refused.status().message().find("allow_async_standby=true"), std::string::npos)
+              << refused.status().message();
+        }
         std::vector<std::string> warnings;
         std::mutex warnings_mu;
         set_log_sink(
@@ -104,14 +115,18 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
               warnings.emplace_back(message);
             },
             LogLevel::kWarning);
-        auto client = Client::connect(primary->uri() + "?mode=" + mode, {.io_timeout = 1s});
+        auto client = Client::connect(uri + (synchronous ? "" : "&allow_async_standby=true"),
+                                      {.io_timeout = 1s});
         set_log_sink({});
         ASSERT_TRUE(client.ok()) << client.status().to_string();
-        // Connect warns of an asynchronous standby, and only of one.
         const bool warned = std::any_of(warnings.begin(), warnings.end(), [](const auto& w) {
           return w.find("asynchronously") != std::string::npos;
         });
         EXPECT_EQ(warned, !synchronous) << ::testing::PrintToString(warnings);
+        if (!synchronous) {
+          EXPECT_NE(client->describe().find("allow_async_standby=true"), std::string::npos)
+              << client->describe();
+        }
         const LockKey name = *LockKey::make("failover");
         auto grant = [&] {
           auto lease = client->acquire(name, {.ttl = 5s});
