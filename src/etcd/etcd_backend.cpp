@@ -126,7 +126,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   ~EtcdBackend() override {
     std::lock_guard lock(sessions_mu_);
-    for (auto& [_, session] : sessions_) revoke(*session);
+    for (auto& [_, session] : sessions_) {
+      if (session) revoke(*session);
+    }
   }
 
   milliseconds min_ttl() const override { return milliseconds(2000); }
@@ -391,6 +393,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // the last one may have expired (its validity, by our clock, has passed).
   Result<std::shared_ptr<Session>> session_for(milliseconds ttl) {
     const auto seconds = std::chrono::ceil<std::chrono::seconds>(ttl);
+    if (seconds > kMaxLeaseTtl) {
+      return Status(
+          Code::kInvalidArgument,
+          fmt::format("TTL {}s is above etcd's maximum lease TTL of {}s (about 285 years)",
+                      seconds.count(), kMaxLeaseTtl.count()));
+    }
     std::lock_guard lock(sessions_mu_);
     auto& slot = sessions_[seconds.count()];
     if (slot && !slot->dead &&
@@ -410,8 +418,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
       return s.lease->LeaseGrant(&c, request, &response);
     });
-    if (!status.ok()) return to_status(status, "lease grant");
-    if (!response.error().empty() || response.id() == 0) {
+    if (!status.ok() || !response.error().empty() || response.id() == 0) {
+      sessions_.erase(seconds.count());  // `slot` is empty: no session for this TTL
+      if (!status.ok()) return to_status(status, "lease grant");
       return Status(Code::kInternal, "etcd lease grant failed: " + response.error());
     }
     auto session = std::make_shared<Session>();
@@ -421,6 +430,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     slot = session;
     return session;
   }
+
+  // etcd's own limit (lease.MaxLeaseTTL): a larger TTL is refused by the server.
+  static constexpr std::chrono::seconds kMaxLeaseTtl{9'000'000'000};
 
   void revoke(Session& session) {
     session.dead = true;

@@ -381,6 +381,23 @@ TEST_F(EtcdIntegration, CredentialsFromTheEnvironmentAuthenticateWhenTheUriHasNo
   EXPECT_NE(missing.status().message().find("FENCELOCK_ETCD_PASSWORD"), std::string::npos);
 }
 
+// A TTL above etcd's maximum lease TTL (9,000,000,000 s) is a clear usage error, the Client stays
+// usable, and destroying it is safe. Before, the failed lease grant left an empty session that
+// the backend's destructor dereferenced (`fencelock run --ttl 2510000h` exited 139).
+TEST_F(EtcdIntegration, ATtlAboveEtcdsMaximumIsRefusedAndLeavesTheClientUsable) {
+  {
+    auto client = Client::connect(cluster_->uri());
+    ASSERT_TRUE(client.ok()) << client.status().to_string();
+    auto huge = client->acquire(*LockKey::make("huge-ttl"), {.ttl = std::chrono::hours(2510000)});
+    EXPECT_EQ(huge.code(), Code::kInvalidArgument) << huge.status().to_string();
+    EXPECT_NE(huge.status().message().find("maximum"), std::string::npos)
+        << huge.status().message();
+    auto normal = client->acquire(*LockKey::make("huge-ttl"), {.ttl = 3s});
+    EXPECT_TRUE(normal.ok()) << normal.status().to_string();
+  }  // the Client and its backend go here
+  EXPECT_EQ(cluster_->etcdctl({"get", "huge-ttl/", "--prefix", "--keys-only"}), "");
+}
+
 // etcd before 3.4.31 / 3.5.13 (Debian 12 ships 3.4.23) lets a stalled former leader revoke live
 // leases (etcd/etcd_version.h; the torture tester's minority-stall of the leader shows it):
 // refused at connect with a message that names the version and the way out, accepted with the
