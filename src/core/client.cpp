@@ -68,6 +68,11 @@ Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
 }
 
 Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
+  // A lock key never holds a NUL (LockKey), and a backend that cuts a string at one (libpq's
+  // text parameters) would list every lock that starts with the part before it.
+  if (prefix.find('\0') != std::string_view::npos) {
+    return Status(Code::kInvalidArgument, "a list prefix must not contain a NUL byte");
+  }
   return core_->backend().list(prefix);
 }
 

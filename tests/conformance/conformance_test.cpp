@@ -394,6 +394,19 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
 
 // --- inspection ------------------------------------------------------------------------------
 
+// A prefix with a NUL is refused on every backend. Before, PostgreSQL cut it at the NUL and
+// listed every lock starting with "tenant-a" (here tenant-b's too, through "tenant-").
+TYPED_TEST(Conformance, Inspect_AListPrefixWithANulIsRefused) {
+  Client client = this->connect();
+  auto mine = client.acquire(this->key("tenant-a/job"), {.ttl = 30s});
+  auto theirs = client.acquire(this->key("tenant-b/job"), {.ttl = 30s});
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  auto listed = client.list(std::string_view("tenant-\0a/", 10));
+  EXPECT_EQ(listed.code(), Code::kInvalidArgument)
+      << (listed.ok() ? std::to_string(listed->size()) + " locks listed"
+                      : listed.status().to_string());
+}
+
 TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   Client client = this->connect();
   auto a = client.acquire(this->key("jobs/a"), {.ttl = 30s});
