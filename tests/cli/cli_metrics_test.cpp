@@ -1,6 +1,10 @@
 // `fencelock run --metrics FILE` against a real redis-server: the client's metrics are written in
 // Prometheus text format when `run` exits, on every exit after the client connected (the command
 // ran, or the lock was held), and never with a password in them.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -52,6 +56,26 @@ TEST_F(CliMetrics, RunWritesOneGrantAndOneReleaseWhenTheCommandExits) {
   EXPECT_THAT(text, HasSubstr("# TYPE fencelock_grants_total counter\n"));
   EXPECT_THAT(text, HasSubstr("backend=\"" + server_->uri() + "\""));
   EXPECT_FALSE(file_exists(file + ".tmp")) << "the temporary file was left behind";
+}
+
+// Another user plants FILE.tmp as a symlink to a file only root may write; root's run --metrics
+// FILE must neither follow it nor fail. Before, FILE.tmp was opened with fopen("w") and the
+// victim was overwritten with the metrics.
+TEST_F(CliMetrics, APlantedTemporaryFileSymlinkIsNeverFollowed) {
+  const std::string victim = path("victim"), file = path("x.prom");
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::symlink(victim.c_str(), (file + ".tmp").c_str()), 0);
+  auto r =
+      run_cli({"run", "--metrics", file, "--backend", server_->uri(), "metrics/key", "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_EQ(read_file(victim), "precious\n") << "the metrics went through the planted symlink";
+  EXPECT_EQ(sample_value(read_file(file), "fencelock_grants_total"), 1) << read_file(file);
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    (void)entry;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 3) << "a temporary file was left behind";  // victim, x.prom.tmp, x.prom
 }
 
 TEST_F(CliMetrics, RunWritesContentionWhenTheLockIsHeldAndTheCommandDoesNotRun) {

@@ -4,6 +4,7 @@
 // under the holders, a fence counter deleted mid-run, a write-only fence, no fence at all, a
 // squatter on the key, a control program that fails.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -217,6 +218,26 @@ TEST(TortureCli, AFailoverToASynchronousStandbyIsSafeInBothModes) {
     EXPECT_EQ(r.value("exclusion_violations", -1), 0) << mode << ": " << r.dump();
     EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << mode << ": " << r.dump();
   }
+}
+
+// --work-dir names a directory other users can write to: names planted there as symlinks (a
+// worker's log, the history) must not redirect the tool's writes. Before, both were opened
+// through the symlink and the victim was appended to or overwritten.
+TEST(TortureCli, SymlinksPlantedInTheWorkDirAreNeverFollowed) {
+  auto server = RedisServer::start();
+  const std::string dir = make_temp_dir("fencelock-torture-planted-");
+  const std::string victim = dir + "/victim";
+  std::ofstream(victim) << "precious\n";
+  for (const char* planted : {"worker-0.log", "history.jsonl", "clock-0"}) {
+    ASSERT_EQ(::symlink(victim.c_str(), (dir + "/" + planted).c_str()), 0) << planted;
+  }
+  RunResult run = run_cli({"torture", "--backend", server->uri(), "--json", "--workers", "2",
+                           "--duration", "3s", "--faults", "none", "--work-dir", dir},
+                          {}, std::chrono::minutes(1));
+  EXPECT_GE(run.exit_code, 0) << run.stderr_text;  // exited (a refused log may end a worker)
+  EXPECT_LT(run.exit_code, 128) << "killed by a signal: " << run.stderr_text;
+  EXPECT_EQ(read_file(victim), "precious\n") << "a write went through a planted symlink";
+  remove_tree(dir);
 }
 
 // Clock faults through libfaketime: a worker whose clocks run at a quarter speed (its renewals

@@ -8,7 +8,6 @@
 #include <stop_token>
 #include <thread>
 
-
 #include "unique_fd.h"
 
 namespace fencelock::cli {

@@ -39,9 +39,9 @@ Result<std::vector<int>> int_list(const std::string& option, const std::string& 
       if (used != item.size() || value < 1) throw std::invalid_argument(item);
       out.push_back(value);
     } catch (const std::exception&) {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("{}: '{}' is not a list of positive numbers (e.g. 1,4,16)",
-                                option, text));
+      return Status(
+          Code::kInvalidArgument,
+          fmt::format("{}: '{}' is not a list of positive numbers (e.g. 1,4,16)", option, text));
     }
   }
   if (out.empty()) return Status(Code::kInvalidArgument, option + " needs at least one number");
@@ -52,7 +52,8 @@ Result<std::vector<int>> int_list(const std::string& option, const std::string& 
 std::string label_of(const std::string& uri) {
   std::string scheme = uri.substr(0, uri.find("://"));
   if (scheme == "postgresql") scheme = "postgres";
-  if (scheme == "postgres") return uri.find("mode=lease") != std::string::npos ? "pg_lease" : "pg_advis";
+  if (scheme == "postgres")
+    return uri.find("mode=lease") != std::string::npos ? "pg_lease" : "pg_advis";
   return scheme;
 }
 
@@ -104,7 +105,8 @@ int bench_command(const BenchArgs& args) {
   };
   try {
     if (args.scenario == "uncontended" || args.scenario == "baseline") {
-      results.push_back(bench::run_uncontended({.label = label, .uri = backend.uri, .duration = duration}));
+      results.push_back(
+          bench::run_uncontended({.label = label, .uri = backend.uri, .duration = duration}));
     } else if (args.scenario == "contended") {
       // The target needs the uncontended cycle of the same run: one short measurement first.
       auto u = bench::run_uncontended(
@@ -121,10 +123,10 @@ int bench_command(const BenchArgs& args) {
           {.label = label, .uri = backend.uri, .duration = std::chrono::seconds(1)});
       for (std::size_t i = 0; i < lockers->size(); ++i) {
         const int c = (*lockers)[i];
-        progress.update(static_cast<double>(i) / static_cast<double>(lockers->size()),
-                        fmt::format("{:.0f} cycles/s sequential",
-                                    u["fencelock"]["cycles_per_s"].get<double>()),
-                        fmt::format("throughput with {} lockers", c));
+        progress.update(
+            static_cast<double>(i) / static_cast<double>(lockers->size()),
+            fmt::format("{:.0f} cycles/s sequential", u["fencelock"]["cycles_per_s"].get<double>()),
+            fmt::format("throughput with {} lockers", c));
         results.push_back(bench::run_throughput(
             {.label = label,
              .uri = backend.uri,

@@ -50,8 +50,8 @@ std::string leader_text(const std::string& name, const std::optional<LeaderInfo>
 
 int fail_with(const Reporter& reporter, const Status& status, const std::string& message,
               const nlohmann::json& fields) {
-  return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())),
-                       message, fields);
+  return reporter.fail(exit_code_for(status.code()), std::string(code_name(status.code())), message,
+                       fields);
 }
 
 // Blocks until the leadership is lost or `stop` fires.
@@ -86,8 +86,8 @@ int observe(const ElectArgs& args, const BackendChoice& backend, SignalChannel& 
         stop);
   });
   if (client && !client->ok()) {
-    return fail_with(reporter, client->status(),
-                     explain_connect_failure(client->status(), backend), fields);
+    return fail_with(reporter, client->status(), explain_connect_failure(client->status(), backend),
+                     fields);
   }
   if (!outcome.ok()) return fail_with(reporter, outcome, explain_failure(outcome, backend), fields);
   return kExitOk;
@@ -119,22 +119,22 @@ int campaign(const ElectArgs& args, const CampaignOptions& options, const Backen
                          fields);
   }
   if (!client->ok()) {
-    return fail_with(reporter, client->status(),
-                     explain_connect_failure(client->status(), backend), fields);
+    return fail_with(reporter, client->status(), explain_connect_failure(client->status(), backend),
+                     fields);
   }
   if (!leadership->ok()) {
     const Status& status = leadership->status();
-    std::string message =
-        status.code() == Code::kLocked
-            ? fmt::format("{}; not elected within {}", status.to_string(),
-                          detail::format_duration(options.wait))
-            : explain_failure(status, backend);
+    std::string message = status.code() == Code::kLocked
+                              ? fmt::format("{}; not elected within {}", status.to_string(),
+                                            detail::format_duration(options.wait))
+                              : explain_failure(status, backend);
     return fail_with(reporter, status, message, fields);
   }
   Leadership& leader = leadership->value();
   fields["token"] = leader.token().value();
   fields["value"] = value;
-  print_line(args.json ? json_line(nlohmann::json{{"elected", true}, {"election", args.name},
+  print_line(args.json ? json_line(nlohmann::json{{"elected", true},
+                                                  {"election", args.name},
                                                   {"value", value},
                                                   {"token", leader.token().value()}})
                        : fmt::format("elected: {} is the leader of '{}' (token {})", value,
@@ -149,9 +149,10 @@ int campaign(const ElectArgs& args, const CampaignOptions& options, const Backen
   }
   Status resigned = leader.resign();
   if (!resigned.ok()) {
-    reporter.note(fmt::format("warning: could not resign from '{}': {}; the leadership ends "
-                              "with the session TTL",
-                              args.name, resigned.to_string()));
+    reporter.note(
+        fmt::format("warning: could not resign from '{}': {}; the leadership ends "
+                    "with the session TTL",
+                    args.name, resigned.to_string()));
   }
   if (args.json) {
     fields["resigned"] = resigned.ok();
@@ -167,10 +168,10 @@ int elect_command(const ElectArgs& args) {
   Reporter reporter(args.json);
   nlohmann::json fields = {{"election", args.name}};
   if (auto name = LockKey::make(args.name); !name.ok()) {
-    return reporter.fail(kExitUsage, "usage",
-                         fmt::format("invalid NAME: {}; see 'fencelock elect --help'",
-                                     name.status().message()),
-                         fields);
+    return reporter.fail(
+        kExitUsage, "usage",
+        fmt::format("invalid NAME: {}; see 'fencelock elect --help'", name.status().message()),
+        fields);
   }
   CampaignOptions options;
   auto ttl = parse_duration_option("--ttl", args.ttl);

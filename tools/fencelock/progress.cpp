@@ -22,8 +22,8 @@ void Progress::update(double fraction, std::string_view rate, std::string_view d
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const std::string eta =
       fraction > 0.01 ? fmt::format("ETA {:.0f} s", elapsed * (1 - fraction) / fraction) : "ETA ?";
-  const std::string line = fmt::format("{}: {:3.0f}%  {}  {}{}{}", what_, 100 * fraction, rate,
-                                       eta, detail.empty() ? "" : "  ", detail);
+  const std::string line = fmt::format("{}: {:3.0f}%  {}  {}{}{}", what_, 100 * fraction, rate, eta,
+                                       detail.empty() ? "" : "  ", detail);
   if (tty_) {
     if (now - last_shown_ < std::chrono::milliseconds(250) && fraction < 1) return;
     last_shown_ = now;

@@ -26,6 +26,7 @@
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
+#include "private_files.h"
 #include "process_tree.h"
 #include "reporter.h"
 #include "signals.h"
@@ -110,10 +111,11 @@ Status check_metrics_path(const std::string& path) {
 }
 
 // Writes `text` to `path` (see metrics_written_in_place). Returns an error message, "" on success.
+// The temporary file is made by mkstemp (private_files.h): a planted FILE.tmp symlink is never
+// followed.
 std::string write_metrics_file(const std::string& path, std::string_view text) {
-  const bool in_place = metrics_written_in_place(path);
-  const std::string target = in_place ? path : path + ".tmp";
-  std::FILE* file = std::fopen(target.c_str(), "we");
+  if (!metrics_written_in_place(path)) return replace_file(path, text);
+  std::FILE* file = std::fopen(path.c_str(), "we");
   if (file == nullptr) return std::strerror(errno);
   bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   int error = errno;
@@ -121,13 +123,7 @@ std::string write_metrics_file(const std::string& path, std::string_view text) {
     ok = false;
     error = errno;
   }
-  if (ok && !in_place && ::rename(target.c_str(), path.c_str()) != 0) {
-    ok = false;
-    error = errno;
-  }
-  if (ok) return "";
-  if (!in_place) ::unlink(target.c_str());
-  return std::strerror(error);
+  return ok ? "" : std::strerror(error);
 }
 
 // Writes the client's metrics for --metrics. A failure is a warning: the exit code stays the

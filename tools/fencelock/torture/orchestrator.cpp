@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fencelock/client.h"
+#include "private_files.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
 #include "torture/shared_register.h"
@@ -451,7 +453,7 @@ class Orchestrator {
   // its clock file (re-read every second); the monotonic clock stays real.
   std::vector<std::string> clock_env(int id) const {
     if (faketime_.empty()) return {};
-    std::ofstream(clock_file(id)) << "+0\n";
+    (void)cli::replace_file(clock_file(id), "+0\n");
     return {"LD_PRELOAD=" + faketime_, "FAKETIME_TIMESTAMP_FILE=" + clock_file(id),
             "FAKETIME_CACHE_DURATION=1", "FAKETIME_DONT_FAKE_MONOTONIC=1", "DONT_FAKE_MONOTONIC=1"};
   }
@@ -526,7 +528,7 @@ class Orchestrator {
       // may suffer, never safety).
       fault.jumped_worker = pick();
       hit(*fault.jumped_worker);
-      std::ofstream(clock_file(*fault.jumped_worker)) << "-30s\n";
+      (void)cli::replace_file(clock_file(*fault.jumped_worker), "-30s\n");
       fault.heal_at += settings_.ttl * 2;
     } else if (kind == "server-kill") {
       // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
@@ -627,7 +629,7 @@ class Orchestrator {
       w->kill_and_reap();
       w->start();
     }
-    if (fault.jumped_worker) std::ofstream(clock_file(*fault.jumped_worker)) << "+0\n";
+    if (fault.jumped_worker) (void)cli::replace_file(clock_file(*fault.jumped_worker), "+0\n");
     if (fault.resume_port && !run_control({"resume", std::to_string(*fault.resume_port)})) {
       fault.record.took_effect = false;
       fault.record.note = "the control program's resume failed";
@@ -660,7 +662,7 @@ class Orchestrator {
   void write_history(const RunRecord& record) const {
     static constexpr const char* kKinds[] = {"hello", "acquire", "grant", "enter",
                                              "write", "exit",    "leave", "tick"};
-    std::ofstream out(dir_ + "/history.jsonl");
+    std::ostringstream out;
     for (const RegisterEvent& e : record.register_events) {
       out << nlohmann::json{{"t", kKinds[e.kind]},
                             {"worker", e.worker},
@@ -688,6 +690,9 @@ class Orchestrator {
                  .dump()
           << "\n";
     }
+    // Never through a symlink planted in --work-dir (private_files.h); diagnosis only, so a
+    // failure is not an error of the run.
+    (void)cli::replace_file(dir_ + "/history.jsonl", out.str());
   }
 
   void read_worker_logs(RunRecord& record) const {

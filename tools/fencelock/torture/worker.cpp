@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fencelock/client.h"
+#include "private_files.h"
 #include "torture/shared_register.h"
 
 namespace fencelock::torture {
@@ -36,7 +37,8 @@ Nanos to_nanos(std::chrono::steady_clock::time_point t) {
 // Appends whole lines; shared with lost() callbacks on the library's thread.
 class LogFile {
  public:
-  explicit LogFile(const std::string& path) : file_(std::fopen(path.c_str(), "a")) {}
+  // Never through a symlink planted in --work-dir (private_files.h).
+  explicit LogFile(const std::string& path) : file_(cli::open_no_follow(path, /*append=*/true)) {}
   ~LogFile() {
     if (file_ != nullptr) std::fclose(file_);
   }
