@@ -240,6 +240,25 @@ TEST(TortureCli, SymlinksPlantedInTheWorkDirAreNeverFollowed) {
   remove_tree(dir);
 }
 
+// The control program runs by fork and exec with an argument vector: shell syntax in --work-dir
+// (which names its log) is never interpreted. With std::system, as before issue 11, this work
+// directory ran `touch .../INJECTED`.
+TEST(TortureCli, ShellSyntaxInTheWorkDirIsNeverRun) {
+  auto server = RedisServer::start();
+  const std::string dir = make_temp_dir("fencelock-torture-inject-");
+  const std::string work = dir + "/x';touch " + dir + "/INJECTED;'";
+  std::filesystem::create_directories(work);
+  RunResult run = run_cli({"torture", "--backend", server->uri(), "--json", "--workers", "2",
+                           "--duration", "5s", "--ttl", "1s", "--faults", "server-kill",
+                           "--server-control", "/bin/true", "--work-dir", work},
+                          {}, std::chrono::minutes(1));
+  EXPECT_LT(run.exit_code, 128) << run.stderr_text;
+  EXPECT_TRUE(std::filesystem::exists(work + "/server-control.log"))
+      << "the control program never ran: " << run.stderr_text;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/INJECTED")) << "the work dir was run as shell";
+  remove_tree(dir);
+}
+
 // Clock faults through libfaketime: a worker whose clocks run at a quarter speed (its renewals
 // come late, its validity estimate is 4x too long) and a worker whose wall clock steps back.
 TEST(TortureCli, ClockSkewAndWallClockJumpsAreSafe) {
