@@ -1,6 +1,7 @@
 // `fencelock status` and `fencelock list` while a `fencelock run` holds a lock, and after.
 #include <signal.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "fencelock/client.h"
 
 namespace fencelock::testing {
 namespace {
@@ -34,6 +36,42 @@ class CliInspect : public ::testing::Test {
   std::unique_ptr<RedisServer> server_;
   std::string dir_;
 };
+
+// Whether `text` has a byte that a terminal would act on, other than the newlines that end lines.
+bool has_terminal_control(const std::string& text) {
+  for (unsigned char c : text) {
+    if ((c < 0x20 && c != '\n') || c == 0x7f || c == 0x9b) return true;
+  }
+  return false;
+}
+
+// A lock name and holder metadata with terminal escapes (set the window title, clear the
+// screen) and a newline that forges a row: status and list print them escaped, one line per
+// row; --json keeps the raw bytes (JSON escapes them itself). Before, they reached the terminal.
+TEST_F(CliInspect, TerminalEscapesInNamesAndMetadataAreShownEscaped) {
+  const std::string name = "evil\x1b]0;pwned\x07\x1b[2J\nforged/row";
+  auto client = Client::connect(server_->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto lease = client->acquire(*LockKey::make(name),
+                               {.ttl = 20s, .metadata = R"({"host":"h\u001b[2J\nX","pid":1})"});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+
+  auto list = cli({"list"});
+  ASSERT_EQ(list.exit_code, 0) << list.stderr_text;
+  EXPECT_FALSE(has_terminal_control(list.stdout_text)) << list.stdout_text;
+  EXPECT_EQ(std::count(list.stdout_text.begin(), list.stdout_text.end(), '\n'), 2)
+      << "a header and one row: " << list.stdout_text;
+  EXPECT_THAT(list.stdout_text, HasSubstr("evil\\x1b]0;pwned\\x07\\x1b[2J\\nforged/row"));
+
+  auto status = cli({"status", name});
+  ASSERT_EQ(status.exit_code, 0) << status.stderr_text;
+  EXPECT_FALSE(has_terminal_control(status.stdout_text)) << status.stdout_text;
+  EXPECT_THAT(status.stdout_text, HasSubstr("host=h\\x1b[2J\\nX"));
+
+  auto as_json = cli({"status", "--json", name});
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.stderr_text;
+  EXPECT_EQ(json::parse(as_json.stdout_text)["key"], name);
+}
 
 TEST_F(CliInspect, StatusAndListShowAHeldLockThenFree) {
   ChildProcess holder = spawn_cli(

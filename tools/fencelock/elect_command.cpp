@@ -19,6 +19,7 @@
 #include "fencelock/election.h"
 #include "reporter.h"
 #include "signals.h"
+#include "terminal_text.h"
 
 namespace fencelock::cli {
 namespace {
@@ -44,8 +45,9 @@ nlohmann::json leader_json(const std::string& name, const std::optional<LeaderIn
 }
 
 std::string leader_text(const std::string& name, const std::optional<LeaderInfo>& leader) {
-  if (!leader) return fmt::format("{}: no leader", name);
-  return fmt::format("{}: {} (token {})", name, leader->value, leader->token.value());
+  if (!leader) return fmt::format("{}: no leader", terminal_safe(name));
+  return fmt::format("{}: {} (token {})", terminal_safe(name), terminal_safe(leader->value),
+                     leader->token.value());
 }
 
 int fail_with(const Reporter& reporter, const Status& status, const std::string& message,

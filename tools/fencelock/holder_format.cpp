@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/duration.h"
+#include "terminal_text.h"
 
 namespace fencelock::cli {
 namespace {
@@ -64,7 +65,8 @@ nlohmann::json status_json(const std::string& key, const std::optional<HolderInf
   return out;
 }
 
-std::string status_text(const std::string& key, const std::optional<HolderInfo>& holder) {
+std::string status_text(const std::string& raw_key, const std::optional<HolderInfo>& holder) {
+  const std::string key = terminal_safe(raw_key);
   if (!holder) return fmt::format("{}: free\n", key);
   return fmt::format(
       "{}: held\n"
@@ -72,9 +74,9 @@ std::string status_text(const std::string& key, const std::optional<HolderInfo>&
       "  token   {}\n"
       "  ttl     {}\n"
       "  holder  {}\n",
-      key, holder->owner_prefix, token_text(*holder),
+      key, terminal_safe(holder->owner_prefix), token_text(*holder),
       detail::format_duration(holder->ttl_remaining),
-      metadata_text(parsed_metadata(holder->metadata)));
+      terminal_safe(metadata_text(parsed_metadata(holder->metadata))));
 }
 
 std::string list_table(const std::vector<HolderInfo>& holders) {
@@ -82,8 +84,10 @@ std::string list_table(const std::vector<HolderInfo>& holders) {
   std::vector<Row> rows = {{"KEY", "OWNER", "TOKEN", "TTL", "HOST", "PID"}};
   for (const HolderInfo& h : holders) {
     nlohmann::json meta = parsed_metadata(h.metadata);
-    rows.push_back({h.key, h.owner_prefix, token_text(h), detail::format_duration(h.ttl_remaining),
-                    metadata_field(meta, "host"), metadata_field(meta, "pid")});
+    rows.push_back({terminal_safe(h.key), terminal_safe(h.owner_prefix), token_text(h),
+                    detail::format_duration(h.ttl_remaining),
+                    terminal_safe(metadata_field(meta, "host")),
+                    terminal_safe(metadata_field(meta, "pid"))});
   }
   std::array<std::size_t, 6> width{};
   for (const Row& row : rows) {

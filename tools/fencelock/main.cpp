@@ -15,6 +15,7 @@
 #include "inspect_commands.h"
 #include "migrate_command.h"
 #include "run_command.h"
+#include "terminal_text.h"
 #include "torture/torture_command.h"
 
 #ifndef FENCELOCK_VERSION
@@ -329,7 +330,7 @@ int main_with_args(int argc, char** argv) {
     for (const CLI::App* command : {run, status, list, migrate, elect, torture, demo, bench}) {
       if (command->parsed()) selected = command;
     }
-    std::fputs(fmt::format("fencelock: {}; {}\n", error.what(),
+    std::fputs(fmt::format("fencelock: {}; {}\n", terminal_safe(error.what()),
                            usage_hint(error, selected, selected == run))
                    .c_str(),
                stderr);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "terminal_text.h"
+
 namespace fencelock::cli {
 namespace {
 
@@ -36,13 +38,13 @@ int Reporter::fail(int exit_code, std::string_view error_name, std::string_view 
     fields["exit_code"] = exit_code;
     write_stderr_line(json_line(fields));
   } else {
-    write_stderr_line("fencelock: " + one_line(message));
+    write_stderr_line("fencelock: " + terminal_safe(message));
   }
   return exit_code;
 }
 
 void Reporter::note(std::string_view message) const {
-  if (!json_) write_stderr_line("fencelock: " + one_line(message));
+  if (!json_) write_stderr_line("fencelock: " + terminal_safe(message));
 }
 
 }  // namespace fencelock::cli
