@@ -97,6 +97,43 @@ TEST_F(CliRun, InheritedBackendPasswordIsNotPassedToTheCommand) {
   EXPECT_THAT(r.stdout_text, Not(HasSubstr("env-secret")));
 }
 
+// The backends' password variables stay out of the command's environment unless --pass-secrets
+// (the password is fencelock's, not the command's). Before, all three reached the command.
+TEST_F(CliRun, PasswordVariablesAreKeptFromTheCommandUnlessPassed) {
+  auto secured = RedisServer::start(RedisServerOptions{.password = "redis-secret"});
+  const std::vector<std::string> env = {"FENCELOCK_REDIS_PASSWORD=redis-secret",
+                                        "FENCELOCK_ETCD_PASSWORD=etcd-secret",
+                                        "PGPASSWORD=pg-secret", "KEPT=visible"};
+  for (const bool pass : {false, true}) {
+    std::vector<std::string> args = {"run", "--backend", secured->uri()};
+    if (pass) args.push_back("--pass-secrets");
+    for (const char* a : {"secrets", "--", "env"}) args.push_back(a);
+    auto r = run_cli(args, env);
+    ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+    EXPECT_THAT(r.stdout_text, HasSubstr("KEPT=visible"));
+    for (const char* secret : {"redis-secret", "etcd-secret", "pg-secret"}) {
+      if (pass) {
+        EXPECT_THAT(r.stdout_text, HasSubstr(secret));
+      } else {
+        EXPECT_THAT(r.stdout_text, Not(HasSubstr(secret))) << "passed to the command";
+      }
+    }
+  }
+}
+
+// A password on the command line is visible to every local user: warned once, without the
+// password, and the environment is recommended.
+TEST_F(CliRun, APasswordInBackendIsWarnedAbout) {
+  auto secured = RedisServer::start(RedisServerOptions{.password = "argv-secret"});
+  auto r = run_cli({"run", "--backend", secured->uri_with_credentials(), "argv", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("warning: the password in --backend"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("FENCELOCK_BACKEND"));
+  EXPECT_THAT(r.stderr_text, Not(HasSubstr("argv-secret")));
+  auto plain = run_cli({"run", "--backend", server_->uri(), "argv", "--", "true"});
+  EXPECT_THAT(plain.stderr_text, Not(HasSubstr("warning")));
+}
+
 TEST_F(CliRun, JsonSummaryIsOneObjectOnStderr) {
   auto r = run_cli({"run", "--json", "--backend", server_->uri(), "json/key", "--", "sh", "-c",
                     "echo out; exit 4"});

@@ -1,13 +1,48 @@
 #include "backend_choice.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "reporter.h"
+
 namespace fencelock::cli {
 
-BackendChoice choose_backend(std::string_view option) {
-  if (!option.empty()) return {std::string(option), BackendChoice::Source::kOption};
+bool uri_has_password(std::string_view uri) {
+  const auto scheme_end = uri.find("://");
+  if (scheme_end == std::string_view::npos) return false;
+  const std::string_view rest = uri.substr(scheme_end + 3);
+  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  const auto at = authority.rfind('@');
+  if (at != std::string_view::npos && authority.substr(0, at).find(':') != std::string_view::npos)
+    return true;
+  const auto query = rest.find('?');
+  if (query == std::string_view::npos) return false;
+  std::string_view params = rest.substr(query + 1);
+  while (!params.empty()) {
+    const auto amp = params.find('&');
+    if (params.substr(0, amp).starts_with("password=")) return true;
+    params = amp == std::string_view::npos ? std::string_view{} : params.substr(amp + 1);
+  }
+  return false;
+}
+
+BackendChoice choose_backend(std::string_view option, bool json) {
+  if (!option.empty()) {
+    if (uri_has_password(option)) {
+      const std::string message =
+          "warning: the password in --backend is visible to every local user (the process's "
+          "command line); pass the URI in FENCELOCK_BACKEND, or the password in "
+          "FENCELOCK_REDIS_PASSWORD, FENCELOCK_ETCD_PASSWORD, PGPASSWORD or ~/.pgpass";
+      std::fputs((json ? json_line({{"warning", "password_in_argv"}, {"message", message}})
+                       : "fencelock: " + message)
+                     .append("\n")
+                     .c_str(),
+                 stderr);
+    }
+    return {std::string(option), BackendChoice::Source::kOption};
+  }
   const char* env = std::getenv(std::string(kBackendEnv).c_str());
   if (env != nullptr && *env != '\0') return {env, BackendChoice::Source::kEnvironment};
   return {std::string(kDefaultBackend), BackendChoice::Source::kDefault};

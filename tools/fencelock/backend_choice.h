@@ -22,8 +22,13 @@ struct BackendChoice {
 };
 
 // `option` is the value of --backend, empty when not given. An empty $FENCELOCK_BACKEND counts as
-// unset.
-BackendChoice choose_backend(std::string_view option);
+// unset. A password in --backend (user:pass@, or password= in the query) is visible to every
+// local user in /proc/PID/cmdline: warned once on stderr ("fencelock: warning: ...", or with
+// `json` {"warning":"password_in_argv","message":...}).
+BackendChoice choose_backend(std::string_view option, bool json = false);
+
+// Whether `uri` carries a password: "scheme://user:password@..." or a password= query parameter.
+bool uri_has_password(std::string_view uri);
 
 // The status's text plus what to do about it, as one line without the "fencelock: " prefix, e.g.
 // "unavailable: ...; no backend was given, so fencelock tried the default ...".

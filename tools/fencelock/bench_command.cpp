@@ -79,7 +79,7 @@ int bench_command(const BenchArgs& args) {
   if (args.seconds < 1 || args.workers < 1) {
     return reporter.fail(kExitUsage, "usage", "--seconds and --workers must be at least 1");
   }
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   auto probe = Client::connect(backend.uri);
   if (!probe.ok()) {
     return reporter.fail(exit_code_for(probe.code()), std::string(code_name(probe.code())),

@@ -191,7 +191,7 @@ int elect_command(const ElectArgs& args) {
                          "--observe takes only NAME (no VALUE); see 'fencelock elect --help'",
                          fields);
   }
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   // Before Client::connect() starts the library's threads (SignalChannel's contract).
   auto signals = SignalChannel::open();
   if (!signals.ok()) {

@@ -33,7 +33,7 @@ int status_command(const StatusArgs& args) {
         kExitUsage, "usage",
         fmt::format("invalid KEY: {}; see 'fencelock status --help'", key.status().message()));
   }
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   auto client = Client::connect(backend.uri);
   if (!client.ok()) {
     return report_failure(reporter, client.status(),
@@ -50,7 +50,7 @@ int status_command(const StatusArgs& args) {
 
 int list_command(const ListArgs& args) {
   Reporter reporter(args.json);
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   auto client = Client::connect(backend.uri);
   if (!client.ok()) {
     return report_failure(reporter, client.status(),

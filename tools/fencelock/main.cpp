@@ -52,7 +52,9 @@ void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
       ->add_option("--backend", backend,
                    "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, "
                    "postgres://USER:PASS@HOST:PORT/DB[?mode=lease] or etcd://H1:P1,H2:P2,H3:P3 "
-                   "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379)")
+                   "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379). Put passwords "
+                   "in FENCELOCK_BACKEND or FENCELOCK_REDIS_PASSWORD / FENCELOCK_ETCD_PASSWORD / "
+                   "PGPASSWORD: the command line is visible to every local user")
       ->type_name("URI");
   command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
 }
@@ -92,6 +94,9 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
   run->add_flag("--pid-namespace", args.pid_namespace,
                 "Run CMD as init of a new PID namespace (via unshare): no process of CMD, setsid "
                 "or not, outlives fencelock");
+  run->add_flag("--pass-secrets", args.pass_secrets,
+                "Leave FENCELOCK_REDIS_PASSWORD, FENCELOCK_ETCD_PASSWORD and PGPASSWORD in CMD's "
+                "environment (removed by default)");
   run->add_option("--metrics", args.metrics_file,
                   "When run exits, write the client's metrics to FILE (Prometheus text format)")
       ->type_name("FILE");

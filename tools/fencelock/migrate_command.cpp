@@ -14,7 +14,7 @@ namespace fencelock::cli {
 
 int migrate_command(const MigrateArgs& args) {
   Reporter reporter(args.json);
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   auto ran = migrate(backend.uri);
   if (!ran.ok()) {
     return reporter.fail(exit_code_for(ran.code()), std::string(code_name(ran.code())),

@@ -6,6 +6,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -67,14 +68,25 @@ std::string holder_metadata(const std::vector<std::string>& command) {
   return json_line(meta);
 }
 
+// The backends' passwords in the environment (README, docs/CLI.md): kept from CMD unless
+// --pass-secrets.
+constexpr std::string_view kSecretVariables[] = {
+    "FENCELOCK_REDIS_PASSWORD=", "FENCELOCK_ETCD_PASSWORD=", "PGPASSWORD="};
+
 // The inherited environment with our three variables set (an inherited FENCELOCK_BACKEND, which
-// may hold a password, is replaced by the description without one).
-std::vector<std::string> command_environment(const Lease& lease, const std::string& backend) {
+// may hold a password, is replaced by the description without one) and, unless `pass_secrets`,
+// without the backends' password variables.
+std::vector<std::string> command_environment(const Lease& lease, const std::string& backend,
+                                             bool pass_secrets) {
   std::vector<std::string> env;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     std::string_view e(*entry);
     if (e.starts_with("FENCELOCK_KEY=") || e.starts_with("FENCELOCK_TOKEN=") ||
         e.starts_with("FENCELOCK_BACKEND=")) {
+      continue;
+    }
+    if (!pass_secrets && std::any_of(std::begin(kSecretVariables), std::end(kSecretVariables),
+                                     [&](std::string_view v) { return e.starts_with(v); })) {
       continue;
     }
     env.emplace_back(e);
@@ -218,8 +230,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
   const UniqueFd terminal = foreground_terminal();
   const std::vector<std::string> argv =
       args.pid_namespace ? pid_namespace::wrap(args.command) : args.command;
-  Spawned child = spawn_command(argv, command_environment(lease, backend), signals.original_mask(),
-                                terminal.get());
+  Spawned child = spawn_command(argv, command_environment(lease, backend, args.pass_secrets),
+                                signals.original_mask(), terminal.get());
   if (child.pid >= 0) guardian.arm(child.pid);
   if (child.pid < 0) {
     Status released = lease.release();
@@ -351,7 +363,7 @@ int run_command(const RunArgs& args) {
     return reporter.fail(kExitUsage, "usage",
                          settings.status().message() + "; see 'fencelock run --help'", fields);
   }
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
 
   // Before Client::connect() starts the library's threads (SignalChannel's and Guardian's
   // contract; the namespace probe forks too).

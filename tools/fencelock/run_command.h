@@ -26,6 +26,9 @@ struct RunArgs {
   // CMD runs as init of a new PID namespace (process_tree.h).
   bool pid_namespace = false;
   std::string metrics_file;  // --metrics; empty: no metrics are written
+  // --pass-secrets: leave FENCELOCK_REDIS_PASSWORD, FENCELOCK_ETCD_PASSWORD and PGPASSWORD in
+  // CMD's environment (removed by default).
+  bool pass_secrets = false;
   std::string key;
   std::vector<std::string> command;
 };

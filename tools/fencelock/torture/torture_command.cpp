@@ -183,7 +183,7 @@ int torture_command(const TortureArgs& args) {
     return reporter.fail(kExitUsage, "usage",
                          settings.status().message() + "; see 'fencelock torture --help'");
   }
-  BackendChoice backend = choose_backend(args.backend);
+  BackendChoice backend = choose_backend(args.backend, args.json);
   std::string dir = args.work_dir;
   if (!dir.empty()) {
     std::error_code error;
