@@ -1,6 +1,6 @@
 #include "torture/endpoints.h"
 
-#include <charconv>
+#include "core/uri.h"
 
 namespace fencelock::torture {
 
@@ -25,33 +25,22 @@ Result<SplitUri> split_uri(const std::string& uri) {
   const std::string scheme = uri.substr(0, sep);
   const int port_default = default_port(scheme);
   if (port_default == 0) return bad("scheme '" + scheme + "://' has no servers to proxy");
+  // The one URI parser (core/uri.h) decides what the hosts are; its errors never contain the
+  // credentials, which it splits off at the last '@' (a password may hold '/', '?' or '@').
+  auto parsed = detail::parse_uri(uri, static_cast<std::uint16_t>(port_default));
+  if (!parsed.ok()) return bad(parsed.status().message());
   SplitUri out;
   std::size_t hosts_begin = sep + 3;
-  const std::size_t hosts_limit = uri.find_first_of("/?", hosts_begin);
-  const std::size_t at =
-      uri.rfind('@', hosts_limit == std::string::npos ? uri.size() : hosts_limit);
-  if (at != std::string::npos && at >= hosts_begin) hosts_begin = at + 1;
+  if (const auto at = uri.rfind('@'); at != std::string::npos && at >= hosts_begin)
+    hosts_begin = at + 1;
   const std::size_t hosts_end = uri.find_first_of("/?", hosts_begin);
   out.head = uri.substr(0, hosts_begin);
   out.tail = hosts_end == std::string::npos ? "" : uri.substr(hosts_end);
-  const std::string list = uri.substr(
-      hosts_begin, hosts_end == std::string::npos ? std::string::npos : hosts_end - hosts_begin);
-  for (std::size_t start = 0; start <= list.size();) {
-    std::size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    std::string item = list.substr(start, comma - start);
-    start = comma + 1;
-    if (item.empty()) return bad("empty host");
-    if (item.front() == '[') return bad("IPv6 hosts are not supported by the fault proxy");
-    HostPort hp{item, static_cast<std::uint16_t>(port_default)};
-    if (auto colon = item.find(':'); colon != std::string::npos) {
-      hp.host = item.substr(0, colon);
-      unsigned port = 0;
-      auto [end, ec] = std::from_chars(item.data() + colon + 1, item.data() + item.size(), port);
-      if (ec != std::errc() || end != item.data() + item.size() || port == 0 || port > 65535)
-        return bad("bad port in '" + item + "'");
-      hp.port = static_cast<std::uint16_t>(port);
-    }
+  if (parsed->endpoints.empty()) return bad("no host");
+  for (const auto& endpoint : parsed->endpoints) {
+    if (endpoint.host.find(':') != std::string::npos)
+      return bad("IPv6 hosts are not supported by the fault proxy");
+    HostPort hp{endpoint.host, endpoint.port};
     if (hp.host == "localhost") hp.host = "127.0.0.1";
     out.hosts.push_back(hp);
   }
