@@ -19,6 +19,8 @@ int hex_value(char c) {
   return -1;
 }
 
+}  // namespace
+
 Result<std::string> percent_decode(std::string_view in, std::string_view part) {
   std::string out;
   out.reserve(in.size());
@@ -36,6 +38,22 @@ Result<std::string> percent_decode(std::string_view in, std::string_view part) {
   }
   return out;
 }
+
+std::string percent_encode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(c);
+    } else {
+      out += fmt::format("%{:02X}", u);
+    }
+  }
+  return out;
+}
+
+namespace {
 
 Result<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_port) {
   Endpoint ep;

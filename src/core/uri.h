@@ -35,6 +35,12 @@ struct ParsedUri {
 // `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);
 
+// RFC 3986 percent-decoding of one URI part; kInvalidArgument "bad %-escape in PART" (never the
+// text itself) on a '%' without two hex digits.
+Result<std::string> percent_decode(std::string_view in, std::string_view part);
+// Every byte but the unreserved ones (letters, digits, - . _ ~) as %XX.
+std::string percent_encode(std::string_view in);
+
 // "redlock://user@h1:1,h2:2/3": the URI as safe to print (password dropped).
 std::string redact(const ParsedUri& uri);
 

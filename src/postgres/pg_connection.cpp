@@ -38,6 +38,13 @@ std::string first_line(const char* text) {
 
 Status connect_error(PGconn* c) {
   std::string msg = first_line(PQerrorMessage(c));
+  // libpq quotes pieces of what it could not parse: never the password (split off and
+  // percent-encoded by split_postgres_uri, so it cannot be read as another part), and should it
+  // ever appear, it is cut out here.
+  if (const char* password = PQpass(c); password != nullptr && *password != '\0') {
+    for (auto at = msg.find(password); at != std::string::npos; at = msg.find(password, at))
+      msg.replace(at, std::strlen(password), "***");
+  }
   auto has = [&](std::string_view t) { return msg.find(t) != std::string::npos; };
   if (has("password authentication failed") || has("no password supplied") ||
       has("authentication failed")) {

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/uri.h"
+
 namespace fencelock::detail::postgres {
 
 Result<PostgresUri> split_postgres_uri(std::string_view uri) {
@@ -14,11 +16,37 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   if (!uri.starts_with("postgres://") && !uri.starts_with("postgresql://")) {
     return bad("expected postgres://user:password@host:port/database?mode=lease");
   }
-  std::string_view base = uri;
+  // Credentials first, split at the last '@' (as core/uri.h does): a password may hold '?', '/'
+  // or '@', which libpq would otherwise read as the query, the database or the host, and then
+  // quote pieces of in its errors. They go back to libpq percent-encoded, and never into the
+  // description.
+  const std::size_t scheme_end = uri.find("://") + 3;
+  std::string_view rest = uri.substr(scheme_end);
+  std::string userinfo;  // "user" or "user:password", percent-encoded, with no '@'
+  std::string shown_user;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view raw = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    auto colon = raw.find(':');
+    auto user = percent_decode(raw.substr(0, colon), "the user name");
+    if (!user.ok()) return user.status();
+    userinfo = percent_encode(*user);
+    shown_user = userinfo;
+    if (colon != std::string_view::npos) {
+      auto password = percent_decode(raw.substr(colon + 1), "the password");
+      if (!password.ok()) {
+        return bad("bad %-escape in the password (write a '%' in it as %25)");
+      }
+      userinfo += ":" + percent_encode(*password);
+    }
+  }
+  const std::string prefix = std::string(uri.substr(0, scheme_end)) +
+                             (userinfo.empty() && shown_user.empty() ? "" : userinfo + "@");
+  std::string_view base = rest;
   std::string_view query;
-  if (auto q = uri.find('?'); q != std::string_view::npos) {
-    base = uri.substr(0, q);
-    query = uri.substr(q + 1);
+  if (auto q = rest.find('?'); q != std::string_view::npos) {
+    base = rest.substr(0, q);
+    query = rest.substr(q + 1);
   }
   std::string kept;
   while (!query.empty()) {
@@ -50,16 +78,11 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
       kept += (kept.empty() ? "?" : "&") + std::string(pair);
     }
   }
-  out.conninfo = std::string(base) + kept;
-  // Description: drop "user:password@" down to "user@".
-  std::string shown(base);
-  auto scheme_end = shown.find("://") + 3;
-  auto at = shown.rfind('@');
-  if (at != std::string::npos && at > scheme_end) {
-    auto colon = shown.find(':', scheme_end);
-    if (colon != std::string::npos && colon < at) shown.erase(colon, at - colon);
-  }
-  out.description = shown + "?mode=" + out.mode;
+  out.conninfo = prefix + std::string(base) + kept;
+  // Description: the user without the password.
+  out.description = std::string(uri.substr(0, scheme_end)) +
+                    (shown_user.empty() ? "" : shown_user + "@") + std::string(base) +
+                    "?mode=" + out.mode;
   if (out.allow_async_standby) out.description += "&allow_async_standby=true";
   return out;
 }

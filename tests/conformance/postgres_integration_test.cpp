@@ -210,6 +210,30 @@ TEST_F(PostgresLease, WrongPasswordIsUnauthenticatedAndNeverEchoed) {
   EXPECT_EQ(client.status().message().find("wrong-pw-123"), std::string::npos);
 }
 
+// A raw '?', '/' or '@' in the password: the connection works and neither describe() nor an
+// error shows any of it. Before, '?' cut the URI there (describe() showed
+// "postgres://app:topsecret?mode=...") and libpq's errors quoted pieces of the password.
+TEST_F(PostgresLease, APasswordWithUriDelimitersConnectsAndIsNeverShown) {
+  server_->sql("CREATE ROLE tricky LOGIN PASSWORD 'top?se/cr@t2'");
+  server_->sql("GRANT ALL ON DATABASE fencelock TO tricky");
+  server_->sql("GRANT ALL ON SCHEMA public TO tricky");
+  auto client = Client::connect(base_uri(*server_, "tricky", "top?se/cr@t2"));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  EXPECT_EQ(client->describe(), "postgres://tricky@127.0.0.1:" + std::to_string(server_->port()) +
+                                    "/fencelock?mode=lease");
+  auto lease = client->acquire(*LockKey::make("tricky"), {.ttl = 2s});
+  EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+  for (const std::string wrong : {"top?se/cr@t3", "hun%ter", "cret@x", "a:b?c"}) {
+    auto refused = Client::connect(base_uri(*server_, "tricky", wrong));
+    EXPECT_FALSE(refused.ok()) << wrong;
+    for (const std::string piece : {"top", "se/cr", "t3", "hun", "ter", "cret", "b?c"}) {
+      if (wrong.find(piece) == std::string::npos) continue;
+      EXPECT_EQ(refused.status().message().find(piece), std::string::npos)
+          << wrong << ": " << refused.status().message();
+    }
+  }
+}
+
 TEST_F(PostgresLease, UnknownDatabaseIsAnInvalidArgumentNamingIt) {
   auto client = Client::connect(base_uri(*server_, "fencelock", "fencelock-test-pw", "no_such_db"));
   ASSERT_EQ(client.code(), Code::kInvalidArgument) << client.status().to_string();

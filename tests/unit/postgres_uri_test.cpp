@@ -1,0 +1,51 @@
+// split_postgres_uri (src/postgres/postgres_uri.h): fencelock's own parameters off a libpq URI,
+// the credentials split at the last '@', and a description that never holds the password.
+// Before, a raw '?' in the password cut the URI there: the description (shown in FENCELOCK_BACKEND,
+// --json and metrics labels) read "postgres://app:topsecret?mode=advisory".
+#include "postgres/postgres_uri.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace fencelock::detail::postgres {
+namespace {
+
+TEST(PostgresUri, FencelockParametersAreTakenOffAndTheRestGoesToLibpq) {
+  auto uri =
+      split_postgres_uri("postgres://app:pw@db1:5432/locks?mode=lease&pool=4&sslmode=require");
+  ASSERT_TRUE(uri.ok()) << uri.status().to_string();
+  EXPECT_EQ(uri->mode, "lease");
+  EXPECT_EQ(uri->pool, 4u);
+  EXPECT_EQ(uri->conninfo, "postgres://app:pw@db1:5432/locks?sslmode=require");
+  EXPECT_EQ(uri->description, "postgres://app@db1:5432/locks?mode=lease");
+}
+
+TEST(PostgresUri, APasswordWithQuestionMarksSlashesOrAtSignsStaysAPassword) {
+  for (const std::string password : {"topsecret?2", "top/secret", "top@secret", "t?p/s@cret"}) {
+    auto uri = split_postgres_uri("postgres://app:" + password + "@127.0.0.1:7201/db");
+    ASSERT_TRUE(uri.ok()) << uri.status().to_string();
+    EXPECT_EQ(uri->mode, "advisory") << password;
+    EXPECT_EQ(uri->description, "postgres://app@127.0.0.1:7201/db?mode=advisory") << password;
+    EXPECT_EQ(uri->description.find("secret"), std::string::npos) << uri->description;
+    // libpq gets it percent-encoded, so it cannot be read as the query, database or host.
+    EXPECT_EQ(uri->conninfo.find(password), std::string::npos) << uri->conninfo;
+    EXPECT_TRUE(uri->conninfo.ends_with("@127.0.0.1:7201/db")) << uri->conninfo;
+  }
+}
+
+TEST(PostgresUri, AMalformedPasswordEscapeIsAnErrorThatDoesNotShowIt) {
+  auto uri = split_postgres_uri("postgres://app:topsecret%@127.0.0.1/db");
+  EXPECT_EQ(uri.code(), Code::kInvalidArgument);
+  EXPECT_EQ(uri.status().message().find("topsecret"), std::string::npos) << uri.status().message();
+  EXPECT_NE(uri.status().message().find("%25"), std::string::npos) << uri.status().message();
+}
+
+TEST(PostgresUri, AnEscapedPasswordIsPassedOnEscaped) {
+  auto uri = split_postgres_uri("postgres://app:a%3Fb@h/db");
+  ASSERT_TRUE(uri.ok()) << uri.status().to_string();
+  EXPECT_EQ(uri->conninfo, "postgres://app:a%3Fb@h/db");
+}
+
+}  // namespace
+}  // namespace fencelock::detail::postgres
