@@ -1,5 +1,9 @@
 #include "etcd/etcd_backend.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -869,16 +873,40 @@ std::string endpoint_text(const Endpoint& endpoint) {
 namespace etcd {
 namespace {
 
+// A certificate or key file: a regular file of at most kMaxPemBytes. Opened without blocking
+// and checked on the open descriptor, so that a FIFO cannot hang connect() and /dev/zero cannot
+// fill memory.
+constexpr off_t kMaxPemBytes = 1 << 20;
+
 Result<std::string> read_pem(const std::string& option, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("etcds:// {}={}: cannot read the file: {}", option, path,
-                              std::generic_category().message(errno)));
+  const auto fail = [&](std::string_view why) {
+    return Status(Code::kInvalidArgument, fmt::format("etcds:// {}={}: {}", option, path, why));
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    return fail(fmt::format("cannot read the file: {}", std::generic_category().message(errno)));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail("not a regular file (a PEM file is expected)");
+  }
+  if (st.st_size > kMaxPemBytes) {
+    ::close(fd);
+    return fail(
+        fmt::format("{} bytes, more than a PEM file holds (at most {})", st.st_size, kMaxPemBytes));
+  }
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  text.resize(done);
+  return text;
 }
 
 // Refuses (kInvalidArgument, as an evicting Redis is) a member whose version revokes live leases

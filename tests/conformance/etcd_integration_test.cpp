@@ -2,11 +2,13 @@
 // both ways, one session lease for many locks, the TTL minimum, unreachable endpoints, and a
 // killed leader during a held lock.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -456,6 +458,20 @@ TEST(EtcdTls, EtcdsWithCaAndClientCertificateWorksAndEveryMisconfigurationIsACle
   EXPECT_EQ(Client::connect("etcds://" + hosts + "?certificate=x").code(), Code::kInvalidArgument);
   EXPECT_EQ(Client::connect("etcd://" + hosts + "?cacert=" + tls.ca).code(),
             Code::kInvalidArgument);
+  // Certificate paths must name regular files of PEM size: before, a FIFO hung connect() and
+  // /dev/zero read until memory ran out.
+  const std::string fifo = dir + "/fifo.pem";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), dir}) {
+    auto odd = Client::connect("etcds://" + hosts + "?cacert=" + path);
+    EXPECT_EQ(odd.code(), Code::kInvalidArgument) << path << ": " << odd.status().to_string();
+    EXPECT_NE(odd.status().message().find("regular file"), std::string::npos)
+        << odd.status().message();
+  }
+  const std::string big = dir + "/big.pem";
+  { std::ofstream create(big); }
+  std::filesystem::resize_file(big, 2 << 20);
+  EXPECT_EQ(Client::connect("etcds://" + hosts + "?cacert=" + big).code(), Code::kInvalidArgument);
   cluster.reset();
   remove_tree(dir);
 }
