@@ -17,7 +17,8 @@ std::string process_metadata() {
   gethostname(host, sizeof host - 1);
   nlohmann::json meta = {
       {"host", host}, {"pid", getpid()}, {"program", program_invocation_short_name}};
-  return meta.dump();
+  // A program or host name need not be UTF-8: replace what is not (dump() would throw).
+  return meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
@@ -68,6 +69,15 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey
                                                                    const AcquireOptions& options,
                                                                    bool campaign, bool& contended) {
   if (Status st = validate(options); !st.ok()) return st;
+  if (!campaign && !options.metadata.empty()) {
+    // One rule on every backend: holder metadata is a JSON object, in UTF-8 (a campaign's value
+    // is stored verbatim instead).
+    auto parsed = nlohmann::json::parse(options.metadata, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded() || !parsed.is_object()) {
+      return Status(Code::kInvalidArgument,
+                    "holder metadata must be a JSON object in UTF-8, e.g. {\"job\":\"nightly\"}");
+    }
+  }
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = Clock::now() + options.wait;
   auto ticket = queue_.enter(key.str(), deadline, options.stop);

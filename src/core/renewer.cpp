@@ -1,6 +1,7 @@
 #include "core/renewer.h"
 
 #include <algorithm>
+#include <exception>
 #include <string_view>
 #include <vector>
 
@@ -210,7 +211,19 @@ void Renewer::run_round() {
   }
   if (sent.empty()) return;
   const Clock::time_point sent_at = Clock::now();
-  std::vector<RenewOutcome> outcomes = backend_.renew_all(items);
+  std::vector<RenewOutcome> outcomes;
+  try {
+    outcomes = backend_.renew_all(items);
+  } catch (const std::exception& error) {
+    // A backend that fails in a way it did not report must not stop renewal and watching with
+    // it (an exception here would end the process): the leases it could not renew are lost now.
+    detail::log(LogLevel::kError, "renewal of {} lease(s) failed: {}; they are lost", items.size(),
+                error.what());
+    outcomes.clear();
+  }
+  if (outcomes.size() != items.size()) {
+    outcomes.assign(items.size(), RenewOutcome{RenewOutcome::kRejected, {}});
+  }
   const Clock::duration round_time = Clock::now() - sent_at;
   now = Clock::now();
   std::vector<std::shared_ptr<LeaseState>> lost;

@@ -42,7 +42,7 @@ std::string encode_value(std::string_view owner_short_hex, std::string_view meta
   nlohmann::json value = {{"owner", owner_short_hex}};
   auto parsed = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
   value["metadata"] = parsed.is_discarded() ? nlohmann::json(metadata) : parsed;
-  return value.dump();
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 DecodedValue decode_value(std::string_view value) {
@@ -54,7 +54,9 @@ DecodedValue decode_value(std::string_view value) {
   DecodedValue out{parsed["owner"].get<std::string>(), {}};
   if (parsed.contains("metadata")) {
     const auto& meta = parsed["metadata"];
-    out.metadata = meta.is_string() ? meta.get<std::string>() : meta.dump();
+    out.metadata = meta.is_string()
+                       ? meta.get<std::string>()
+                       : meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   return out;
 }

@@ -124,7 +124,8 @@ class AdvisoryBackend final : public Backend {
                            {"client", PQgetvalue(res, 0, 2)},
                            {"advisory_key", advisory_key(key.str())}};
     return std::optional<HolderInfo>(
-        HolderInfo{key.str(), "", FencingToken(0), milliseconds(0), meta.dump()});
+        HolderInfo{key.str(), "", FencingToken(0), milliseconds(0),
+                   meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
   }
 
   Result<std::vector<HolderInfo>> list(std::string_view prefix) override {

@@ -154,7 +154,8 @@ class LeaseBackend final : public Backend {
       shortest = std::min(shortest, item.ttl);
     }
     const Clock::time_point sent = Clock::now();
-    auto r = run(pool_, std::string(sql::lease_renew), {batch.dump()},
+    auto r = run(pool_, std::string(sql::lease_renew),
+                 {batch.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)},
                  std::min(sent + options_.io_timeout,
                           validity_deadline(sent, shortest, options_.drift_factor)));
     if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists

@@ -1,5 +1,6 @@
 // `fencelock status` and `fencelock list` while a `fencelock run` holds a lock, and after.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <memory>
@@ -71,6 +72,18 @@ TEST_F(CliInspect, TerminalEscapesInNamesAndMetadataAreShownEscaped) {
   auto as_json = cli({"status", "--json", name});
   ASSERT_EQ(as_json.exit_code, 0) << as_json.stderr_text;
   EXPECT_EQ(json::parse(as_json.stdout_text)["key"], name);
+}
+
+// The default holder metadata carries the program's name, which need not be UTF-8: a fencelock
+// started under the name "fl\xff" must list and run. Before, encoding it threw at connect and
+// the tool aborted (exit 134).
+TEST_F(CliInspect, AProgramNameThatIsNotUtf8DoesNotAbort) {
+  const std::string link = path("fl\xff");
+  ASSERT_EQ(::symlink(cli_path().c_str(), link.c_str()), 0);
+  auto list = run_command({link, "list", "--backend", server_->uri()});
+  EXPECT_EQ(list.exit_code, 0) << list.stderr_text;
+  auto run = run_command({link, "run", "--backend", server_->uri(), "utf8", "--", "true"});
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
 }
 
 TEST_F(CliInspect, StatusAndListShowAHeldLockThenFree) {

@@ -394,6 +394,24 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
 
 // --- inspection ------------------------------------------------------------------------------
 
+// Holder metadata is one thing everywhere: a JSON object in UTF-8, or nothing. Before, PostgreSQL
+// answered non-JSON metadata with "kInternal: this is a bug", the others stored it, and invalid
+// UTF-8 aborted the process when it was encoded.
+TYPED_TEST(Conformance, Acquire_MetadataMustBeAJsonObjectInUtf8) {
+  Client client = this->connect();
+  for (const std::string bad : {"not json", "[1,2]", "\"text\"", "{\"a\":\"\xff\"}"}) {
+    auto refused = client.acquire(this->key("meta"), {.ttl = 5s, .metadata = bad});
+    EXPECT_EQ(refused.code(), Code::kInvalidArgument)
+        << bad << ": " << refused.status().to_string();
+  }
+  auto held = client.acquire(this->key("meta"), {.ttl = 5s, .metadata = R"({"job":"nightly"})"});
+  ASSERT_TRUE(held.ok()) << "a refused acquisition left the key held: "
+                         << held.status().to_string();
+  auto holder = client.inspect(this->key("meta"));
+  ASSERT_TRUE(holder.ok() && holder->has_value());
+  EXPECT_NE((*holder)->metadata.find("nightly"), std::string::npos) << (*holder)->metadata;
+}
+
 // A prefix with a NUL is refused on every backend. Before, PostgreSQL cut it at the NUL and
 // listed every lock starting with "tenant-a" (here tenant-b's too, through "tenant-").
 TYPED_TEST(Conformance, Inspect_AListPrefixWithANulIsRefused) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -267,6 +268,31 @@ TEST(Renewer, RejectedRenewalFiresLostAtOnce) {
   EXPECT_GE(*fired, calls[0].at) << "fired before the rejection";
   EXPECT_LT(*fired, lease->valid_until() - Renewer::lost_guard(lease->ttl))
       << "fired by the validity watchdog, not by the rejection";
+}
+
+// A backend whose renew_all throws (before: the exception ended the renewal thread and the
+// process, and a `fencelock run` command went on with nobody renewing or watching) loses the
+// leases of that round at once, and the Renewer keeps working for the others.
+TEST(Renewer, ARenewalThatThrowsFiresLostAtOnce) {
+  FakeBackend backend;
+  backend.answer_with([](const RenewItem&) -> RenewOutcome {
+    throw std::runtime_error("invalid UTF-8 byte at index 3");
+  });
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 1500ms);
+  LostProbe lost(*lease);
+  renewer.add(lease);
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_LT(*fired, lease->valid_until() - Renewer::lost_guard(lease->ttl))
+      << "fired by the validity watchdog, not by the failed round";
+
+  backend.answer_with(FakeBackend::renewed);
+  auto next = make_lease("k2", 1500ms);
+  renewer.add(next);
+  ASSERT_TRUE(backend.wait_for_call([](const RenewCall& c) { return contains(c, "k2"); }))
+      << "the Renewer stopped after the failure";
+  EXPECT_FALSE(next->lost_source.stop_requested());
 }
 
 TEST(Renewer, RenewalsThatNeverConfirmFireLostNoLaterThanValidUntil) {
