@@ -83,11 +83,11 @@ if [[ $groups == *" faults12 "* ]]; then
     run "$label" "$uri" admin-delete "${control[@]}"
     run "$label" "$uri" delay-one
     run "$label" "$uri" cancel-race
-    # SIGSTOP works for Redis and etcd servers (a PostgreSQL backend is a process per session).
-    # Short TTLs (etcd's minimum is 2 s).
+    # The server SIGSTOPped (PostgreSQL: the postmaster and every backend; with one server it is
+    # the whole backend). Short TTLs (etcd's minimum is 2 s).
     short=1s
     [[ $label == etcd ]] && short=2s
-    [[ $label == pg_* ]] || run "$label" "$uri" minority-stall --ttl "$short" "${control[@]}"
+    run "$label" "$uri" minority-stall --ttl "$short" "${control[@]}"
     # 5000 long leases per worker (2000 on etcd, whose disk-bound writes take about 200
     # acquisitions a second per worker here); the partition makes the contended lease expire
     # unrenewed, so its lost() comes from the watchdog, whose lateness is counted. Critical

@@ -8,8 +8,9 @@
 #   scripts/servers.sh kill PORT  crash the server listening on PORT (SIGKILL; PostgreSQL: an
 #                               immediate shutdown, which recovers from its WAL like a crash);
 #                               `start` brings it back (fencelock torture --server-control)
-#   scripts/servers.sh pause PORT / resume PORT  stop (SIGSTOP) / continue the Redis or etcd
-#                               server on PORT: a silent server (torture minority-stall)
+#   scripts/servers.sh pause PORT / resume PORT  stop (SIGSTOP) / continue the Redis, etcd or
+#                               PostgreSQL server on PORT (PostgreSQL: the postmaster and every
+#                               backend): a silent server (torture minority-stall)
 #   scripts/servers.sh fill PORT  write about 4 MB of junk keys to the Redis on PORT (memory
 #                               pressure: with FENCELOCK_REDIS_MAXMEMORY and an evicting
 #                               FENCELOCK_REDIS_POLICY the server evicts; torture evict)
@@ -605,8 +606,17 @@ server_pid_on() {
 
 signal_port() {
   local signal=$1 port=$2 pid
+  if [[ $port == "$PG_PORT" ]] && postgres_ours; then
+    # PostgreSQL is a process per session: the whole server stops or continues (the postmaster
+    # and every backend), so that nothing answers, as with a stalled machine.
+    pid=$(postgres_pid)
+    kill "-$signal" "$pid"
+    pkill "-$signal" -P "$pid" || true
+    echo "postgres on 127.0.0.1:$port sent SIG$signal (postmaster $pid and its children)"
+    return
+  fi
   pid=$(server_pid_on "$port")
-  [[ -n $pid ]] || die "no running Redis or etcd server of ours listens on port $port"
+  [[ -n $pid ]] || die "no running Redis, etcd or PostgreSQL server of ours listens on port $port"
   kill "-$signal" "$pid"
   echo "server on 127.0.0.1:$port sent SIG$signal (pid $pid)"
 }
