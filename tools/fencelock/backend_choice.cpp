@@ -5,27 +5,15 @@
 
 #include <fmt/format.h>
 
+#include "core/uri.h"
 #include "reporter.h"
 
 namespace fencelock::cli {
 
 bool uri_has_password(std::string_view uri) {
-  const auto scheme_end = uri.find("://");
-  if (scheme_end == std::string_view::npos) return false;
-  const std::string_view rest = uri.substr(scheme_end + 3);
-  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
-  const auto at = authority.rfind('@');
-  if (at != std::string_view::npos && authority.substr(0, at).find(':') != std::string_view::npos)
-    return true;
-  const auto query = rest.find('?');
-  if (query == std::string_view::npos) return false;
-  std::string_view params = rest.substr(query + 1);
-  while (!params.empty()) {
-    const auto amp = params.find('&');
-    if (params.substr(0, amp).starts_with("password=")) return true;
-    params = amp == std::string_view::npos ? std::string_view{} : params.substr(amp + 1);
-  }
-  return false;
+  // The one URI parser (core/uri.h); a URI it cannot parse is left to the backend's error.
+  auto parsed = detail::parse_uri(uri, 0);
+  return parsed.ok() && (parsed->has_password || parsed->query.count("password") > 0);
 }
 
 BackendChoice choose_backend(std::string_view option, bool json) {
