@@ -11,13 +11,19 @@ namespace fencelock {
 
 using std::chrono::milliseconds;
 
+// The longest duration any option takes: 596 hours (24.8 days), the longest that every backend
+// can represent (PostgreSQL's lock_timeout is a 32-bit count of milliseconds). A longer TTL or
+// wait is kInvalidArgument, a longer ClientOptions duration fails connect(); the CLI refuses
+// longer durations when it parses them.
+inline constexpr milliseconds kMaxDuration{596LL * 3600 * 1000};
+
 struct AcquireOptions {
   // Lease time to live. Default 10 s. Must be > 0 and at least the backend's minimum
-  // (Redis: 10 ms; see docs/PROTOCOLS.md). The lease stays valid this long after each successful
-  // acquire/renew, less the clock-drift allowance.
+  // (Redis: 10 ms; see docs/PROTOCOLS.md) and at most kMaxDuration. The lease stays valid this long
+  // after each successful acquire/renew, less the clock-drift allowance.
   milliseconds ttl{10'000};
   // How long to wait for a held lock. Default 0: try once and return kLocked if held.
-  // Negative is kInvalidArgument.
+  // Negative or above kMaxDuration is kInvalidArgument.
   milliseconds wait{0};
   // Renew automatically every ttl/3 while the Lease lives. Default true. When false the lease
   // simply expires at valid_until() and lost() fires then.
@@ -33,6 +39,7 @@ struct AcquireOptions {
   bool shared = false;
 };
 
+// Every duration here must lie in [0, kMaxDuration] (connect() fails with kInvalidArgument).
 struct ClientOptions {
   // Time allowed to open one server connection. Default 1 s.
   milliseconds connect_timeout{1'000};

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/client_core.h"
+#include "core/duration.h"
 #include "core/uri.h"
 #include "etcd/etcd_backend.h"
 #include "memory/memory_backend.h"
@@ -50,8 +51,25 @@ static void ignore_sigpipe_once() {
   });
 }
 
+// Durations enter deadlines: each must lie in [0, kMaxDuration] (fencelock/options.h).
+static Status validate(const ClientOptions& options) {
+  const std::pair<const char*, milliseconds> durations[] = {
+      {"connect_timeout", options.connect_timeout},
+      {"io_timeout", options.io_timeout},
+      {"release_timeout", options.release_timeout}};
+  for (const auto& [name, value] : durations) {
+    if (value < milliseconds(0) || value > kMaxDuration) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("ClientOptions::{} must lie in [0, {}], got {}ms", name,
+                                detail::format_duration(kMaxDuration), value.count()));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Client> Client::connect(std::string_view uri, const ClientOptions& options) {
   ignore_sigpipe_once();
+  if (auto valid = validate(options); !valid.ok()) return valid;
   auto backend = make_backend(uri, options);
   if (!backend.ok()) return backend.status();
   return Client(std::make_shared<detail::ClientCore>(std::move(*backend), options));

@@ -9,6 +9,7 @@
 
 #include "core/duration.h"
 #include "core/log_internal.h"
+#include "core/saturate.h"
 
 namespace fencelock::detail {
 
@@ -45,6 +46,13 @@ Status ClientCore::validate(const AcquireOptions& options) const {
     return Status(Code::kInvalidArgument,
                   fmt::format("wait must not be negative, got {}ms", options.wait.count()));
   }
+  if (options.ttl > kMaxDuration || options.wait > kMaxDuration) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("{} {}ms is above the longest every backend can represent ({})",
+                              options.ttl > kMaxDuration ? "TTL" : "wait",
+                              (options.ttl > kMaxDuration ? options.ttl : options.wait).count(),
+                              format_duration(kMaxDuration)));
+  }
   return Status::Ok();
 }
 
@@ -79,7 +87,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey
     }
   }
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
-  Clock::time_point deadline = Clock::now() + options.wait;
+  Clock::time_point deadline = deadline_after(Clock::now(), options.wait);
   auto ticket = queue_.enter(key.str(), deadline, options.stop);
   if (!ticket.ok()) return ticket.status();
   contended = ticket->waited();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/saturate.h"
+
 namespace fencelock::detail {
 
 std::chrono::milliseconds drift_allowance(std::chrono::milliseconds ttl, double drift_factor) {
@@ -14,7 +16,7 @@ std::chrono::milliseconds drift_allowance(std::chrono::milliseconds ttl, double 
 std::chrono::steady_clock::time_point validity_deadline(std::chrono::steady_clock::time_point sent,
                                                         std::chrono::milliseconds ttl,
                                                         double drift_factor) {
-  return sent + ttl - drift_allowance(ttl, drift_factor);
+  return deadline_after(sent, ttl - drift_allowance(ttl, drift_factor));
 }
 
 std::optional<FencingToken> select_token(std::span<const std::uint64_t> granted_counters) {

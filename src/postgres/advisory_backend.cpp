@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/quorum.h"
+#include "core/saturate.h"
 #include "core/wake_board.h"
 #include "postgres/advisory_key.h"
 #include "postgres/session_pool.h"
@@ -280,8 +281,9 @@ class AdvisoryBackend final : public Backend {
             left, key),
         call.shared);
     bool broken = false;
-    auto waited = execute(c, wait_sql, {}, call.deadline + options_.io_timeout, broken,
-                          /*multi=*/true, call.stop);
+    auto waited =
+        execute(c, wait_sql, {}, deadline_after(call.deadline, options_.io_timeout), broken,
+                /*multi=*/true, call.stop);
     if (!waited.ok()) {
       // PostgreSQL can grant the lock at the moment lock_timeout or a cancel hits: the statement
       // fails and the session-level lock stays. The session was empty before the wait, so

@@ -159,6 +159,16 @@ TEST_F(CliExitCodes, BadDurationGives64) {
   expect_usage_error(run_touch("k", {"--kill-grace", "soon"}), "--kill-grace");
 }
 
+// Durations that would overflow a deadline (`--wait 2562047h` gave up after 15 ms,
+// `--kill-grace 9223372036854775807ms` killed at once) or PostgreSQL's lock_timeout (597 h):
+// refused at parse time, naming the option and the cap.
+TEST_F(CliExitCodes, DurationsAboveTheCapGive64) {
+  expect_usage_error(run_touch("k", {"--wait", "2562047h"}), "--wait: invalid duration");
+  expect_usage_error(run_touch("k", {"--wait", "597h"}), "at most 596h");
+  expect_usage_error(run_touch("k", {"--kill-grace", "9223372036854775807ms"}), "--kill-grace");
+  expect_usage_error(run_touch("k", {"--ttl", "2510000h"}), "at most 596h");
+}
+
 TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
   auto no_command = run_cli({"run", "--backend", server_->uri(), "k"});
   EXPECT_EQ(no_command.exit_code, 64);

@@ -78,9 +78,30 @@ TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
   EXPECT_EQ(client.acquire(k, {.ttl = -5s}).code(), Code::kInvalidArgument);
   EXPECT_EQ(client.acquire(k, {.ttl = 1ms}).code(), Code::kInvalidArgument);  // below every minimum
   EXPECT_EQ(client.acquire(k, {.ttl = 5s, .wait = -1ms}).code(), Code::kInvalidArgument);
+  // Above what every backend can represent (a deadline would overflow): refused, not wrapped.
+  EXPECT_EQ(client.acquire(k, {.ttl = kMaxDuration + 1ms}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = milliseconds::max()}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = 5s, .wait = kMaxDuration + 1ms}).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = 5s, .wait = milliseconds::max()}).code(),
+            Code::kInvalidArgument);
   auto holder = client.inspect(k);
   ASSERT_TRUE(holder.ok()) << holder.status().to_string();
   EXPECT_FALSE(holder->has_value());
+}
+
+// The cap itself works on every backend: a 596 h TTL is granted with a validity that far ahead,
+// and a 596 h wait fits PostgreSQL's lock_timeout (597 h overflowed it before the cap).
+TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
+  Client client = this->connect();
+  auto k = this->key("longest");
+  auto lease = client.acquire(k, {.ttl = kMaxDuration, .wait = kMaxDuration, .renew = false});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_GT(lease->valid_until(), Clock::now() + kMaxDuration - 24h);
+  EXPECT_FALSE(lease->is_lost());
+  EXPECT_TRUE(lease->release().ok());
+  auto waited = client.acquire(k, {.ttl = 5s, .wait = kMaxDuration});
+  ASSERT_TRUE(waited.ok()) << waited.status().to_string();
 }
 
 // --- 1. Fencing ------------------------------------------------------------------------------

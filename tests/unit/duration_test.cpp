@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/saturate.h"
+#include "fencelock/options.h"
 #include "unit/printers.h"
 
 namespace fencelock::detail {
@@ -34,10 +36,24 @@ TEST(ParseDuration, ZeroIsAcceptedWithAUnit) {
   EXPECT_EQ(parse_ok("0s"), 0ms);
 }
 
-TEST(ParseDuration, LargestRepresentableValuesAreAccepted) {
-  EXPECT_EQ(parse_ok("9223372036854775807ms"), milliseconds(INT64_MAX));
-  EXPECT_EQ(parse_ok("9223372036854775s"), milliseconds(9223372036854775000));
-  EXPECT_EQ(parse_ok("2562047788015h"), std::chrono::hours(2562047788015));
+// The cap (kMaxDuration, 596 h) is what every backend can represent: PostgreSQL's lock_timeout
+// is a 32-bit count of milliseconds, and no deadline `now + d` can overflow below it.
+TEST(ParseDuration, TheLongestEveryBackendCanRepresentIsAccepted) {
+  EXPECT_EQ(parse_ok("596h"), std::chrono::hours(596));
+  EXPECT_EQ(parse_ok("35760m"), std::chrono::hours(596));
+  EXPECT_EQ(parse_ok("2145600000ms"), kMaxDuration);
+  EXPECT_EQ(kMaxDuration, std::chrono::hours(596));
+  EXPECT_LT(kMaxDuration.count(), INT32_MAX);
+}
+
+TEST(ParseDuration, LongerThanTheCapIsTooLargeAndNamesTheCap) {
+  for (const char* text : {"597h", "2145600001ms", "2562047h", "9223372036854775807ms"}) {
+    auto parsed = parse_duration(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.code(), Code::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("too large (at most 596h"), std::string::npos)
+        << parsed.status().message();
+  }
 }
 
 class RejectedDuration : public ::testing::TestWithParam<const char*> {};
@@ -51,19 +67,22 @@ TEST_P(RejectedDuration, IsInvalidArgumentNamingTheInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ParseDuration, RejectedDuration,
-                         ::testing::Values("",       // empty
-                                           "10",     // bare number: the unit is required
-                                           "10x",    // unknown unit
-                                           "10 s",   // space before the unit
-                                           "10S",    // units are lower case
-                                           "250us",  // finer than milliseconds
-                                           "-1s",    // negative
-                                           "-0ms",   // negative zero is still a sign
-                                           "+1s",    // no sign at all
-                                           "1.5s",   // fractions are not accepted
-                                           "s",      // unit without a number
-                                           "ms10",   // unit before the number
-                                           "1s2",    // trailing garbage
+                         ::testing::Values("",              // empty
+                                           "10",            // bare number: the unit is required
+                                           "10x",           // unknown unit
+                                           "10 s",          // space before the unit
+                                           "10S",           // units are lower case
+                                           "250us",         // finer than milliseconds
+                                           "-1s",           // negative
+                                           "-0ms",          // negative zero is still a sign
+                                           "+1s",           // no sign at all
+                                           "1.5s",          // fractions are not accepted
+                                           "s",             // unit without a number
+                                           "ms10",          // unit before the number
+                                           "1s2",           // trailing garbage
+                                           "2145600001ms",  // past the cap
+                                           "597h",          // past the cap
+                                           "9223372036854775807ms",  // int64 in ms
                                            "9223372036854775808ms",  // past int64 in ms
                                            "9223372036854776s",  // one second past the int64 limit
                                            "2562047788016h",     // one hour past the int64 limit
@@ -79,6 +98,7 @@ TEST(FormatDuration, PicksTheLargestWholeUnit) {
   EXPECT_EQ(format_duration(250ms), "250ms");
   EXPECT_EQ(format_duration(10s), "10s");
   EXPECT_EQ(format_duration(2min), "2m");
+  EXPECT_EQ(format_duration(596h), "596h");
   EXPECT_EQ(format_duration(90s), "90s");
 }
 
@@ -94,6 +114,20 @@ TEST(FormatDuration, WholeUnitsParseBackToTheSameDuration) {
         milliseconds(60s), milliseconds(3min), milliseconds(1h), milliseconds(25h)}) {
     EXPECT_EQ(parse_ok(format_duration(d)), d) << format_duration(d);
   }
+}
+
+// Deadlines saturate at the clock's ends instead of wrapping (signed overflow is undefined).
+TEST(DeadlineAfter, SaturatesInsteadOfWrapping) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  EXPECT_EQ(deadline_after(now, 5s), now + 5s);
+  EXPECT_EQ(deadline_after(now, -5s), now - 5s);
+  EXPECT_EQ(deadline_after(now, milliseconds::max()), Clock::time_point::max());
+  EXPECT_EQ(deadline_after(now, std::chrono::hours(2562048)), Clock::time_point::max());
+  EXPECT_EQ(deadline_after(Clock::time_point::max() - 1s, 2s), Clock::time_point::max());
+  EXPECT_EQ(deadline_after(now, milliseconds::min()), Clock::time_point::min());
+  EXPECT_EQ(deadline_after(Clock::time_point::min() + 1s, -2s), Clock::time_point::min());
+  EXPECT_EQ(deadline_after(now, kMaxDuration), now + kMaxDuration);
 }
 
 }  // namespace

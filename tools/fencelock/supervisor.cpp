@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/saturate.h"
 #include "exit_codes.h"
 #include "process_tree.h"
 
@@ -88,7 +89,7 @@ void stop_with_command(pid_t pgid, int terminal_fd) {
 int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
   if (!deadline) return -1;
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
-  return left.count() < 0 ? 0 : static_cast<int>(left.count());
+  return static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, INT32_MAX));
 }
 
 }  // namespace
@@ -201,7 +202,7 @@ class Terminator {
   void terminate() {
     tree_.signal(SIGTERM);
     result_.sent_sigterm = true;
-    const Clock::time_point after_grace = Clock::now() + grace_;
+    const Clock::time_point after_grace = detail::deadline_after(Clock::now(), grace_);
     result_.kill_deadline = after_grace;
     if (!lease_.grace_outlives_lease && lease_.valid_until) {
       const Clock::time_point valid_until = lease_.valid_until();
