@@ -1,5 +1,6 @@
 #include "core/uri.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -10,6 +11,13 @@ namespace {
 
 Status bad(std::string_view what) {
   return Status(Code::kInvalidArgument, fmt::format("malformed backend URI: {}", what));
+}
+
+// A piece of the URI quoted in an error, cut to a readable length.
+std::string clip(std::string_view text) {
+  constexpr std::size_t kShown = 64;
+  if (text.size() <= kShown) return std::string(text);
+  return fmt::format("{}... ({} bytes)", text.substr(0, kShown), text.size());
 }
 
 int hex_value(char c) {
@@ -61,24 +69,26 @@ Result<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_por
   if (text.empty()) return bad("empty host in the host list");
   if (text.front() == '[') {
     auto close = text.find(']');
-    if (close == std::string_view::npos) return bad(fmt::format("unclosed '[' in host '{}'", text));
+    if (close == std::string_view::npos)
+      return bad(fmt::format("unclosed '[' in host '{}'", clip(text)));
     ep.host = std::string(text.substr(1, close - 1));
     std::string_view rest = text.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') return bad(fmt::format("unexpected text after ']' in '{}'", text));
+      if (rest.front() != ':')
+        return bad(fmt::format("unexpected text after ']' in '{}'", clip(text)));
       port_text = rest.substr(1);
-      if (port_text.empty()) return bad(fmt::format("empty port in '{}'", text));
+      if (port_text.empty()) return bad(fmt::format("empty port in '{}'", clip(text)));
     }
   } else {
     auto colon = text.rfind(':');
     if (colon != std::string_view::npos) {
       port_text = text.substr(colon + 1);
-      if (port_text.empty()) return bad(fmt::format("empty port in '{}'", text));
+      if (port_text.empty()) return bad(fmt::format("empty port in '{}'", clip(text)));
       text = text.substr(0, colon);
     }
     ep.host = std::string(text);
     if (ep.host.find(':') != std::string::npos) {
-      return bad(fmt::format("IPv6 address '{}' needs brackets, e.g. [::1]:6379", text));
+      return bad(fmt::format("IPv6 address '{}' needs brackets, e.g. [::1]:6379", clip(text)));
     }
   }
   if (ep.host.empty()) return bad("empty host in the host list");
@@ -90,7 +100,7 @@ Result<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_por
   auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);
   if (ec != std::errc() || end != port_text.data() + port_text.size() || value == 0 ||
       value > 65535) {
-    return bad(fmt::format("port '{}' is not a number in 1..65535", port_text));
+    return bad(fmt::format("port '{}' is not a number in 1..65535", clip(port_text)));
   }
   ep.port = static_cast<std::uint16_t>(value);
   return ep;
@@ -117,6 +127,17 @@ Status parse_query(std::string_view text, ParsedUri& out) {
 }
 
 }  // namespace
+
+Status check_host_count(std::string_view host_list) {
+  if (host_list.empty()) return Status::Ok();
+  const auto hosts =
+      static_cast<std::size_t>(std::count(host_list.begin(), host_list.end(), ',')) + 1;
+  if (hosts <= kMaxHosts) return Status::Ok();
+  return bad(
+      fmt::format("{} hosts in the host list, at most {} are allowed (a Redlock has 3 or 5 "
+                  "instances, an etcd cluster 3, 5 or 7 members)",
+                  hosts, kMaxHosts));
+}
 
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
   ParsedUri out;
@@ -159,6 +180,7 @@ Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
   auto slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) out.path = std::string(rest.substr(slash + 1));
+  if (Status st = check_host_count(authority); !st.ok()) return st;
   while (!authority.empty()) {
     auto comma = authority.find(',');
     auto ep = parse_endpoint(authority.substr(0, comma), default_port);

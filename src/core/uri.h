@@ -6,6 +6,7 @@
 // Error messages never contain the password.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -31,6 +32,12 @@ struct ParsedUri {
   std::string path;  // after the first '/', without it; e.g. "2" for a Redis db
   std::map<std::string, std::string> query;
 };
+
+// At most this many hosts in one URI (more is kInvalidArgument): every host costs a connection
+// and a share of each call, and a list this long is a mistake, not a deployment.
+inline constexpr std::size_t kMaxHosts = 64;
+// kInvalidArgument when the comma-separated `host_list` names more than kMaxHosts hosts.
+Status check_host_count(std::string_view host_list);
 
 // `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);

@@ -48,6 +48,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
     base = rest.substr(0, q);
     query = rest.substr(q + 1);
   }
+  if (Status st = check_host_count(base.substr(0, base.find('/'))); !st.ok()) return st;
   std::string kept;
   while (!query.empty()) {
     auto amp = query.find('&');

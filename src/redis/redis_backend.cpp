@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "core/quorum.h"
+#include "core/saturate.h"
 #include "core/token_text.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
@@ -594,25 +596,39 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
   }
   auto backend = std::make_unique<RedlockBackend>(specs, options, redact(uri), renew_batch);
 
-  // Connect now, so that bad credentials and dead servers are reported by connect().
+  // Connect now, so that bad credentials and dead servers are reported by connect(). Every
+  // instance at once, under one deadline: ten silent instances cost one connect_timeout, not ten.
+  const auto& instances = backend->instances();
+  const Clock::time_point deadline = deadline_after(Clock::now(), options.connect_timeout);
+  std::vector<Status> outcomes(instances.size());
+  {
+    std::vector<std::jthread> connecting;
+    connecting.reserve(instances.size());
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      connecting.emplace_back([&, i] {
+        auto c = instances[i]->checkout(deadline);
+        if (!c.ok()) {
+          outcomes[i] = c.status();
+          return;
+        }
+        outcomes[i] = check_eviction_policy(c->get(), instances[i]->address(), allow_eviction);
+        if (outcomes[i].ok()) instances[i]->checkin(std::move(*c));
+      });
+    }
+  }  // joined
   int reachable = 0;
   std::string problems;
-  for (auto& instance : backend->instances()) {
-    auto c = instance->checkout(Clock::now() + options.connect_timeout);
-    if (c.ok()) {
-      Status policy = check_eviction_policy(c->get(), instance->address(), allow_eviction);
-      if (policy.code() == Code::kInvalidArgument) return policy;
-      if (policy.ok()) {
-        reachable++;
-        instance->checkin(std::move(*c));
-      } else {
-        problems += (problems.empty() ? "" : "; ") + policy.message();
-      }
-      continue;
+  for (const Status& outcome : outcomes) {
+    // A refused policy or credentials: the same answer on a retry, so say it now.
+    if (outcome.code() == Code::kInvalidArgument || outcome.code() == Code::kUnauthenticated ||
+        outcome.code() == Code::kPermissionDenied) {
+      return outcome;
     }
-    if (c.code() == Code::kUnauthenticated || c.code() == Code::kPermissionDenied)
-      return c.status();
-    problems += (problems.empty() ? "" : "; ") + c.status().message();
+    if (outcome.ok()) {
+      reachable++;
+    } else {
+      problems += (problems.empty() ? "" : "; ") + outcome.message();
+    }
   }
   int n = static_cast<int>(specs.size());
   if (!has_quorum(reachable, n)) {

@@ -2,7 +2,13 @@
 // write-back, credentials, database selection and bad input. The backend-neutral guarantees are
 // in conformance_test.cpp.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -232,6 +238,63 @@ TEST_F(RedlockFaults, ConnectFailsUnavailableWhenNoMajorityAnswers) {
   ASSERT_EQ(client.code(), Code::kUnavailable);
   EXPECT_NE(client.status().message().find((*cluster_)[0].address()), std::string::npos)
       << client.status().message();
+}
+
+// Ten instances that accept connections and never answer took 10.2 s to refuse: they were tried
+// one after another. Now they are tried at once under one deadline: every connection is open at
+// the same time (one after another, each closes before the next opens).
+TEST(RedlockConnect, SilentInstancesAreTriedAtOnceUnderOneDeadline) {
+  constexpr std::size_t kSilent = 10;
+  std::vector<int> listeners;
+  std::string uri = "redlock://";
+  for (std::size_t i = 0; i < kSilent; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(fd, 16), 0);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    uri += fmt::format("{}127.0.0.1:{}", i ? "," : "", ntohs(addr.sin_port));
+    listeners.push_back(fd);
+  }
+  std::atomic<bool> done{false};
+  std::size_t most_open = 0;
+  {
+    // Accepts every connection, reads and drops what arrives, counts connections open at once.
+    std::jthread acceptor([&] {
+      std::vector<int> open;
+      while (!done.load()) {
+        std::vector<pollfd> fds;
+        for (int l : listeners) fds.push_back({l, POLLIN, 0});
+        for (int c : open) fds.push_back({c, POLLIN, 0});
+        if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
+        for (std::size_t i = 0; i < listeners.size(); ++i) {
+          if (fds[i].revents & POLLIN) {
+            int c = ::accept4(listeners[i], nullptr, nullptr, SOCK_CLOEXEC);
+            if (c >= 0) open.push_back(c);
+          }
+        }
+        most_open = std::max(most_open, open.size());
+        for (std::size_t i = listeners.size(); i < fds.size(); ++i) {
+          if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+          char buf[512];
+          if (::recv(fds[i].fd, buf, sizeof buf, 0) <= 0) {
+            ::close(fds[i].fd);
+            std::erase(open, fds[i].fd);
+          }
+        }
+      }
+      for (int c : open) ::close(c);
+    });
+    auto client = Client::connect(uri, {.connect_timeout = 300ms, .io_timeout = 300ms});
+    EXPECT_EQ(client.code(), Code::kUnavailable) << client.status().to_string();
+    done = true;
+  }
+  for (int l : listeners) ::close(l);
+  EXPECT_EQ(most_open, kSilent) << "the instances were not connected to at the same time";
 }
 
 TEST_F(RedlockFaults, ARestartedInstanceRejoinsTheQuorum) {

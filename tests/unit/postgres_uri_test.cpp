@@ -47,5 +47,17 @@ TEST(PostgresUri, AnEscapedPasswordIsPassedOnEscaped) {
   EXPECT_EQ(uri->conninfo, "postgres://app:a%3Fb@h/db");
 }
 
+// libpq would try a long host list one host after another, each up to connect_timeout.
+TEST(PostgresUri, MoreThan64HostsIsAShortError) {
+  std::string hosts = "h0";
+  for (int i = 1; i < 65; ++i) hosts += ",h" + std::to_string(i);
+  auto uri = split_postgres_uri("postgres://app:topsecret@" + hosts + "/db?mode=lease");
+  EXPECT_EQ(uri.code(), Code::kInvalidArgument);
+  EXPECT_NE(uri.status().message().find("65 hosts"), std::string::npos) << uri.status().message();
+  EXPECT_EQ(uri.status().message().find("topsecret"), std::string::npos);
+  auto ok = split_postgres_uri("postgres://app@h0,h1,h2/db");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+}
+
 }  // namespace
 }  // namespace fencelock::detail::postgres
