@@ -122,10 +122,11 @@ const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_vie
 class EtcdBackend final : public Backend, public ElectionBackend {
  public:
   EtcdBackend(std::unique_ptr<EtcdConnection> connection, std::string description,
-              std::size_t members)
+              std::size_t members, std::string key_namespace)
       : conn_(std::move(connection)),
         options_(conn_->options()),
         description_(std::move(description)),
+        ns_(std::move(key_namespace)),
         op_budget_(options_.io_timeout * static_cast<int>(std::max<std::size_t>(members, 2))) {}
 
   ~EtcdBackend() override {
@@ -137,7 +138,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   milliseconds min_ttl() const override { return milliseconds(2000); }
 
-  Result<Grant> acquire(const AcquireCall& call) override {
+  Result<Grant> acquire(const AcquireCall& outer) override {
+    auto key = in_namespace(outer.key);
+    if (!key.ok()) return key.status();
+    const AcquireCall call{*key,         outer.owner,    outer.ttl,  outer.metadata,
+                           outer.wait,   outer.deadline, outer.stop, outer.io_timeout,
+                           outer.shared, outer.campaign};
     for (int restarts = 0;; ++restarts) {
       if (restarts > kMaxRestarts)
         return Status(Code::kUnavailable, "the etcd session was lost repeatedly");
@@ -220,9 +226,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (it == held_.end()) return Status::Ok();
       held = it->second;
     }
+    (void)key;  // held.name is the key in the namespace
     Status status = drop_own_key(held, deadline);
     forget(owner);
-    free_slot(held.session->id, key.str());
+    free_slot(held.session->id, held.name);
     if (status.ok()) return status;
     return Status(status.code(),
                   status.message() +
@@ -230,16 +237,19 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                       "keep-alive, or expires with the session within its TTL)");
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderInfo>> inspect(const LockKey& outer) override {
+    auto key = in_namespace(outer);
+    if (!key.ok()) return key.status();
     std::int64_t revision = 0;
-    auto first = first_key(key.str(), /*descending=*/false, 0, 0, &revision);
+    auto first = first_key(key->str(), /*descending=*/false, 0, 0, &revision);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::optional<HolderInfo>();
     std::map<std::int64_t, milliseconds> ttls;
-    return std::optional<HolderInfo>(holder_info(key.str(), **first, ttls));
+    return std::optional<HolderInfo>(holder_info(key->str(), **first, ttls));
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+  Result<std::vector<HolderInfo>> list(std::string_view shown_prefix) override {
+    const std::string prefix = ns_ + std::string(shown_prefix);
     pb::RangeRequest request;
     request.set_key(prefix.empty() ? std::string(1, '\0') : std::string(prefix));
     request.set_range_end(prefix_end(std::string(prefix)));
@@ -301,13 +311,15 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                                            : fmt::format("the holder's token is {}", current)));
   }
 
-  Status proclaim(const LockKey& name, const OwnerId& owner, std::string_view value,
+  Status proclaim(const LockKey& outer, const OwnerId& owner, std::string_view value,
                   Clock::time_point deadline) override {
+    auto name = in_namespace(outer);
+    if (!name.ok()) return name.status();
     Held held;
     {
       std::lock_guard lock(mu_);
       auto it = held_.find(owner.hex());
-      if (it == held_.end() || it->second.name != name.str())
+      if (it == held_.end() || it->second.name != name->str())
         return Status(Code::kLocked, "not the leader any more (resigned)");
       held = it->second;
     }
@@ -328,16 +340,21 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return Status::Ok();
   }
 
-  Result<std::optional<LeaderInfo>> leader(const LockKey& name) override {
+  Result<std::optional<LeaderInfo>> leader(const LockKey& outer) override {
+    auto name = in_namespace(outer);
+    if (!name.ok()) return name.status();
     std::int64_t revision = 0;
-    auto first = first_key(name.str(), /*descending=*/false, 0, 0, &revision);
+    auto first = first_key(name->str(), /*descending=*/false, 0, 0, &revision);
     if (!first.ok()) return first.status();
     return leader_of(*first);
   }
 
-  Status observe(const LockKey& name,
+  Status observe(const LockKey& outer,
                  const std::function<void(const std::optional<LeaderInfo>&)>& on_change,
                  std::stop_token stop) override {
+    auto in_ns = in_namespace(outer);
+    if (!in_ns.ok()) return in_ns.status();
+    const LockKey& name = *in_ns;
     std::optional<LeaderInfo> last;
     bool reported = false;
     while (!stop.stop_requested()) {
@@ -378,11 +395,29 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
  private:
+  // The lock (or election) `key` as it is named in etcd: the namespace (URI option namespace=,
+  // default empty) and the key. kInvalidArgument when both together are over LockKey::kMaxBytes.
+  Result<LockKey> in_namespace(const LockKey& key) const {
+    if (ns_.empty()) return key;
+    auto full = LockKey::make(ns_ + key.str());
+    if (!full.ok()) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("the lock name with the namespace '{}' is over {} bytes", ns_,
+                                LockKey::kMaxBytes));
+    }
+    return full;
+  }
+  // An etcd key or lock name as users see it: without the namespace.
+  std::string shown(std::string_view name) const {
+    if (!ns_.empty() && name.starts_with(ns_)) name.remove_prefix(ns_.size());
+    return std::string(name);
+  }
+
   static constexpr milliseconds kObserveChunk{10'000};
 
-  static std::optional<LeaderInfo> leader_of(const std::optional<pb::KeyValue>& kv) {
+  std::optional<LeaderInfo> leader_of(const std::optional<pb::KeyValue>& kv) const {
     if (!kv) return std::nullopt;
-    return LeaderInfo{kv->key(), kv->value(),
+    return LeaderInfo{shown(kv->key()), kv->value(),
                       FencingToken(static_cast<std::uint64_t>(kv->create_revision()))};
   }
 
@@ -823,7 +858,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   HolderInfo holder_info(const std::string& name, const pb::KeyValue& kv,
                          std::map<std::int64_t, milliseconds>& ttls) {
     DecodedValue value = decode_value(kv.value());
-    HolderInfo info{name, value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
+    HolderInfo info{shown(name),
+                    value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
                     FencingToken(static_cast<std::uint64_t>(kv.create_revision())), milliseconds(0),
                     value.metadata};
     if (kv.lease() != 0) {
@@ -845,6 +881,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   std::unique_ptr<EtcdConnection> conn_;
   const ClientOptions options_;
   const std::string description_;
+  const std::string ns_;  // prepended to every lock and election name (URI option namespace=)
   const milliseconds op_budget_;  // one call, failing over across every member
 
   std::mutex sessions_mu_;  // held while a session is granted: one lease per TTL, never two
@@ -950,8 +987,8 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Pars
   if (uri.scheme == "etcd") {
     if (!uri.query.empty()) {
       return Status(Code::kInvalidArgument,
-                    "etcd:// takes only the option allow_stale_leader_revoke (TLS options "
-                    "cacert, cert, key need etcds://)");
+                    "etcd:// takes only the options namespace and allow_stale_leader_revoke "
+                    "(TLS options cacert, cert, key need etcds://)");
     }
     return grpc::InsecureChannelCredentials();
   }
@@ -960,7 +997,7 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Pars
     if (name != "cacert" && name != "cert" && name != "key") {
       return Status(Code::kInvalidArgument,
                     fmt::format("etcds:// has no option '{}' (use cacert, cert, key, "
-                                "allow_stale_leader_revoke)",
+                                "namespace, allow_stale_leader_revoke)",
                                 name));
     }
     auto pem = read_pem(name, path);
@@ -1002,6 +1039,20 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
     allow_stale_leader_revoke = it->second == "true";
     uri.query.erase(it);
   }
+  // namespace=PREFIX/ puts every lock and election under PREFIX/ (etcd's namespace idea): lock
+  // NAME is then the keys PREFIX/NAME/<lease hex>, which `etcdctl lock PREFIX/NAME` shares, and a
+  // bare list reads only PREFIX/. Default empty: NAME/<lease hex>, as `etcdctl lock NAME`.
+  std::string key_namespace;
+  if (auto it = uri.query.find("namespace"); it != uri.query.end()) {
+    key_namespace = it->second;
+    uri.query.erase(it);
+    if (key_namespace.empty() || !key_namespace.ends_with('/') ||
+        key_namespace.find('\0') != std::string::npos || key_namespace.size() > 256) {
+      return Status(Code::kInvalidArgument,
+                    "malformed backend URI: namespace must end with '/', be at most 256 bytes "
+                    "and hold no NUL (e.g. namespace=locks/)");
+    }
+  }
   auto credentials = etcd::channel_credentials(uri);
   if (!credentials.ok()) return credentials.status();
   if (uri.user.empty()) {
@@ -1034,9 +1085,16 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
   if (Status st = etcd::check_server_version(*connection, allow_stale_leader_revoke); !st.ok())
     return st;
   std::string description = redact(uri);
-  if (allow_stale_leader_revoke) description += "?allow_stale_leader_revoke=true";
-  return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
-      std::move(connection), std::move(description), uri.endpoints.size()));
+  std::string options_shown;
+  if (!key_namespace.empty()) options_shown += "namespace=" + percent_encode(key_namespace);
+  if (allow_stale_leader_revoke) {
+    options_shown +=
+        (options_shown.empty() ? "" : "&") + std::string("allow_stale_leader_revoke=true");
+  }
+  if (!options_shown.empty()) description += "?" + options_shown;
+  return std::unique_ptr<Backend>(
+      std::make_unique<etcd::EtcdBackend>(std::move(connection), std::move(description),
+                                          uri.endpoints.size(), std::move(key_namespace)));
 }
 
 }  // namespace fencelock::detail

@@ -21,6 +21,7 @@
 
 #include "etcd/etcd_keys.h"
 #include "fencelock/client.h"
+#include "fencelock/election.h"
 #include "support/etcd_cluster.h"
 #include "support/process.h"
 
@@ -126,6 +127,71 @@ TEST_F(EtcdIntegration, EtcdctlLockAndFencelockExcludeEachOther) {
   EXPECT_GT(std::stoull(read_file(second_output).substr(5)), fencelock_token);
   std::ofstream(release).put('\n');
   EXPECT_EQ(contender.wait_for(15s), std::optional<int>(0));
+}
+
+// Lock names share etcd's keyspace: without a namespace an application's plain key cfg/1f blocks
+// lock cfg (the layout etcdctl lock uses) and a bare list reads every key. namespace=locks/ puts
+// every lock under locks/: lock cfg is the keys locks/cfg/<lease hex>, which `etcdctl lock
+// locks/cfg` shares, the plain key no longer blocks it, and names are shown without the prefix.
+TEST_F(EtcdIntegration, ANamespaceKeepsLocksApartFromOtherKeysAndMatchesEtcdctlLockUnderIt) {
+  const auto cfg = *LockKey::make("cfg");
+  cluster_->etcdctl({"put", "cfg/1f", "an application's value"});
+  Client plain = connect();
+  EXPECT_EQ(plain.acquire(cfg, {.ttl = 5s}).code(), Code::kLocked) << "etcd's layout changed?";
+
+  auto ns = Client::connect(cluster_->uri() + "&namespace=locks/");
+  ASSERT_TRUE(ns.ok()) << ns.status().to_string();
+  EXPECT_NE(ns->describe().find("namespace=locks%2F"), std::string::npos) << ns->describe();
+  auto lease = ns->acquire(cfg, {.ttl = 5s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(lease->key().str(), "cfg");
+  auto lines = [](const std::string& listing) {
+    return static_cast<int>(std::count(listing.begin(), listing.end(), '\n'));
+  };
+  EXPECT_EQ(lines(cluster_->etcdctl({"get", "locks/cfg/", "--prefix", "--keys-only"})), 2)
+      << "one key and the blank line etcdctl prints after it";
+  auto holder = ns->inspect(cfg);
+  ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
+  EXPECT_EQ((*holder)->key, "cfg");
+  EXPECT_EQ((*holder)->token, lease->token());
+  auto listed = ns->list("");
+  ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+  ASSERT_EQ(listed->size(), 1u) << "a namespaced list reads only the namespace";
+  EXPECT_EQ((*listed)[0].key, "cfg");
+
+  // `etcdctl lock locks/cfg` is the same lock: it queues behind us and gets it after us.
+  const std::string output = dir_ + "/etcdctl.out", release = dir_ + "/release";
+  ChildProcess contender = etcdctl_lock("locks/cfg", output, release);
+  ASSERT_TRUE(eventually(
+      [&] {
+        return lines(cluster_->etcdctl({"get", "locks/cfg/", "--prefix", "--keys-only"})) == 4;
+      },
+      20s))
+      << "etcdctl never queued for locks/cfg";
+  EXPECT_EQ(read_file(output), "") << "etcdctl locked while fencelock held the lock";
+  const auto token = lease->token().value();
+  ASSERT_TRUE(lease->release().ok());
+  ASSERT_TRUE(eventually([&] { return read_file(output).starts_with("held"); }, 10s))
+      << "etcdctl was not granted after fencelock released";
+  EXPECT_GT(std::stoull(read_file(output).substr(5)), token);
+  std::ofstream(release).put('\n');
+  EXPECT_EQ(contender.wait_for(15s), std::optional<int>(0));
+
+  // Elections live in the namespace too; the leader key is shown without it.
+  auto election = Election::make(*ns, "primary");
+  ASSERT_TRUE(election.ok()) << election.status().to_string();
+  auto leadership = election->campaign("node-a");
+  ASSERT_TRUE(leadership.ok()) << leadership.status().to_string();
+  EXPECT_EQ(lines(cluster_->etcdctl({"get", "locks/primary/", "--prefix", "--keys-only"})), 2);
+  auto leader = election->leader();
+  ASSERT_TRUE(leader.ok() && leader->has_value()) << leader.status().to_string();
+  EXPECT_TRUE((*leader)->key.starts_with("primary/")) << (*leader)->key;
+  EXPECT_EQ((*leader)->value, "node-a");
+
+  for (const char* bad : {"&namespace=", "&namespace=locks", "&namespace=a%00b/"}) {
+    auto refused = Client::connect(cluster_->uri() + bad);
+    EXPECT_EQ(refused.code(), Code::kInvalidArgument) << bad;
+  }
 }
 
 TEST_F(EtcdIntegration, AThousandLocksOfOneClientShareOneEtcdLease) {
