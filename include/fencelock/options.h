@@ -11,10 +11,10 @@ namespace fencelock {
 
 using std::chrono::milliseconds;
 
-// The longest duration any option takes: 596 hours (24.8 days), the longest that every backend
-// can represent (PostgreSQL's lock_timeout is a 32-bit count of milliseconds). A longer TTL or
-// wait is kInvalidArgument, a longer ClientOptions duration fails connect(); the CLI refuses
-// longer durations when it parses them.
+// The longest TTL or timeout: 596 hours (24.8 days), the longest that every backend can represent
+// (PostgreSQL's lock_timeout is a 32-bit count of milliseconds). A longer TTL is kInvalidArgument,
+// a longer ClientOptions duration fails connect(), and the CLI refuses every longer duration when
+// it parses it. A wait may be longer (milliseconds::max(): until granted or stopped).
 inline constexpr milliseconds kMaxDuration{596LL * 3600 * 1000};
 
 struct AcquireOptions {
@@ -23,7 +23,7 @@ struct AcquireOptions {
   // after each successful acquire/renew, less the clock-drift allowance.
   milliseconds ttl{10'000};
   // How long to wait for a held lock. Default 0: try once and return kLocked if held.
-  // Negative or above kMaxDuration is kInvalidArgument.
+  // Negative is kInvalidArgument. Any longer wait is fine: the deadline saturates.
   milliseconds wait{0};
   // Renew automatically every ttl/3 while the Lease lives. Default true. When false the lease
   // simply expires at valid_until() and lost() fires then.

@@ -46,12 +46,12 @@ Status ClientCore::validate(const AcquireOptions& options) const {
     return Status(Code::kInvalidArgument,
                   fmt::format("wait must not be negative, got {}ms", options.wait.count()));
   }
-  if (options.ttl > kMaxDuration || options.wait > kMaxDuration) {
+  // A longer wait is fine (deadlines saturate: milliseconds::max() waits until granted or
+  // stopped); a longer TTL is not (no backend could keep it).
+  if (options.ttl > kMaxDuration) {
     return Status(Code::kInvalidArgument,
-                  fmt::format("{} {}ms is above the longest every backend can represent ({})",
-                              options.ttl > kMaxDuration ? "TTL" : "wait",
-                              (options.ttl > kMaxDuration ? options.ttl : options.wait).count(),
-                              format_duration(kMaxDuration)));
+                  fmt::format("TTL {}ms is above the longest every backend can represent ({})",
+                              options.ttl.count(), format_duration(kMaxDuration)));
   }
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
 #include "postgres/advisory_backend.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -267,8 +268,11 @@ class AdvisoryBackend final : public Backend {
                                 uri_.pool));
     }
     PGconn* c = (*session)->conn.get();
-    auto left = std::max<long long>(
-        std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1);
+    // lock_timeout is a 32-bit count of milliseconds: a longer wait (an AcquireOptions::wait
+    // above kMaxDuration) waits in turns of kMaxDuration, queueing again after each.
+    const auto left = std::clamp<std::int64_t>(
+        std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1,
+        kMaxDuration.count());
     // The try first, only to learn whether the key was held (MetricsSnapshot::contended_grants);
     // the InitPlan with the blocking call runs only when the try failed, in the same round trip.
     // A try never jumps the queue: PostgreSQL refuses it while others wait for the lock.
@@ -291,6 +295,9 @@ class AdvisoryBackend final : public Backend {
       finish(*session, /*broken=*/true);
       if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
       if (waited.code() == Code::kLocked) {
+        if (Clock::now() < call.deadline && left == kMaxDuration.count()) {
+          return wait_in_queue(call, key);  // a turn of a longer wait ran out
+        }
         return Status(Code::kLocked,
                       fmt::format("advisory lock {} is still held after the wait", key));
       }
