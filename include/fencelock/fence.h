@@ -108,7 +108,11 @@ class RedisFence {
 
 struct PostgresFence {
   // CREATE TABLE fencelock_fences + CREATE OR REPLACE FUNCTION fencelock_fence(text, numeric)
-  // (src/postgres/sql/fence_schema.sql; idempotent). install() runs it on `conn`.
+  // in the first schema of search_path (src/postgres/sql/fence_schema.sql; idempotent; also
+  // run by `fencelock migrate`). install() runs it on `conn`, whose role then owns the fence.
+  // The function is SECURITY DEFINER with a pinned search_path; the table and EXECUTE are
+  // revoked from PUBLIC: grant writers EXECUTE only (GRANT EXECUTE ON FUNCTION
+  // fencelock_fence(text, numeric) TO role), so that none can lower a token.
   static std::string_view schema_sql();
   static Status install(pg_conn* conn);
   // Runs SELECT fencelock_fence(resource, token) on `conn`, which must be inside the caller's
@@ -118,7 +122,8 @@ struct PostgresFence {
   // `conn` is not idle inside a transaction: in autocommit the row would be unlocked when the
   // statement ends and the check would protect nothing. kAborted under REPEATABLE READ or
   // SERIALIZABLE when a concurrent holder's transaction committed first (SQLSTATE 40001/40P01):
-  // roll back and retry the whole transaction. kUnavailable / kInternal for other failures.
+  // roll back and retry the whole transaction. kPermissionDenied when the role lacks EXECUTE on
+  // the fence. kUnavailable / kInternal for other failures.
   // A savepoint that swallows the FL001 error (psql's ON_ERROR_ROLLBACK) defeats the fence.
   static Status check(pg_conn* conn, std::string_view resource, FencingToken token);
 };

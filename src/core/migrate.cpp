@@ -11,7 +11,7 @@ Result<std::vector<std::string>> migrate(std::string_view uri, const ClientOptio
   }
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) return parsed.status();
-  return std::vector<std::string>{};
+  return std::vector<std::string>{};  // no other backend has a schema
 }
 
 }  // namespace fencelock

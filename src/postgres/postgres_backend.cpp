@@ -245,7 +245,53 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
   auto split = postgres::split_postgres_uri(uri);
   if (!split.ok()) return split.status();
   postgres::PgPool pool(split->conninfo, 1, options.connect_timeout);
-  return postgres::ensure_schema(pool, options.connect_timeout + options.io_timeout);
+  const milliseconds timeout = options.connect_timeout + options.io_timeout;
+  // CREATE ... IF NOT EXISTS accepts an object that someone else created first, and its owner
+  // could then rewrite tokens at will: every fencelock object that already exists must belong to
+  // the migrating role (or one it holds) or to a superuser.
+  auto foreign = postgres::run(
+      pool,
+      // The roles whose objects the migrating role may trust: itself and those it is a member
+      // of (pg_has_role() is true for every role when the migrating role is a superuser).
+      "WITH RECURSIVE mine(oid) AS (SELECT oid FROM pg_roles WHERE rolname = current_user "
+      "UNION SELECT m.roleid FROM pg_auth_members m JOIN mine ON m.member = mine.oid) "
+      "SELECT o.kind, o.name, pg_get_userbyid(o.owner), current_user FROM ("
+      "SELECT CASE c.relkind WHEN 'S' THEN 'sequence' ELSE 'table' END AS kind, "
+      "c.relname::text AS name, c.relowner AS owner FROM pg_class c WHERE c.oid IN ("
+      "to_regclass('fencelock_leases'), to_regclass('fencelock_tokens'), "
+      "to_regclass('fencelock_advisory_tokens'), to_regclass('fencelock_advisory_holders'), "
+      "to_regclass('fencelock_fences')) "
+      "UNION ALL SELECT 'function', p.proname::text, p.proowner FROM pg_proc p "
+      "WHERE p.oid = to_regprocedure('fencelock_fence(text,numeric)')) o "
+      "JOIN pg_roles r ON r.oid = o.owner "
+      "WHERE NOT r.rolsuper AND o.owner NOT IN (SELECT oid FROM mine) ORDER BY 2",
+      {}, Clock::now() + timeout);
+  if (!foreign.ok()) return foreign.status();
+  if (PQntuples(foreign->get()) > 0) {
+    const PGresult* r = foreign->get();
+    return Status(Code::kPermissionDenied,
+                  fmt::format("{} {} already exists and belongs to role \"{}\", which is no "
+                              "superuser and which \"{}\" (running migrate) is no member of: its "
+                              "owner can rewrite tokens at will. If that role is trusted, run "
+                              "migrate as it; otherwise DROP the object and migrate again",
+                              PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2),
+                              PQgetvalue(r, 0, 3)));
+  }
+  auto ran = postgres::ensure_schema(pool, timeout);
+  if (!ran.ok()) return ran.status();
+  // The fence (PostgresFence) too, so that one migrate sets up everything.
+  auto fenced = postgres::run(pool,
+                              "SELECT to_regclass('fencelock_fences') IS NOT NULL AND "
+                              "to_regprocedure('fencelock_fence(text,numeric)') IS NOT NULL",
+                              {}, Clock::now() + timeout);
+  if (!fenced.ok()) return fenced.status();
+  if (std::string_view(PQgetvalue(fenced->get(), 0, 0)) != "t") {
+    auto created = postgres::run(pool, std::string(postgres::sql::fence_schema), {},
+                                 Clock::now() + timeout, /*multi=*/true);
+    if (!created.ok()) return created.status();
+    ran->emplace_back(postgres::sql::fence_schema);
+  }
+  return ran;
 }
 
 }  // namespace fencelock::detail

@@ -30,6 +30,15 @@ Status failure(PGconn* conn, PGresult* result, std::string_view what) {
                               "transaction",
                               what, message, state));
   }
+  if (state != nullptr && std::strcmp(state, "42501") == 0) {  // insufficient_privilege
+    return Status(Code::kPermissionDenied,
+                  fmt::format("postgres {}: {}; {}", what, message,
+                              what == "fence"
+                                  ? "writers need EXECUTE on the fence: GRANT EXECUTE ON FUNCTION "
+                                    "fencelock_fence(text, numeric) TO <role> (as its owner)"
+                                  : "the fence belongs to another role: install it as that role, "
+                                    "or have an administrator check who owns it"));
+  }
   if (PQstatus(conn) != CONNECTION_OK) {
     return Status(Code::kUnavailable, fmt::format("postgres {}: {}", what, message));
   }

@@ -3,8 +3,8 @@
 // interoperability with `etcdctl elect` both ways.
 #include <gtest/gtest.h>
 
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -119,8 +119,8 @@ TEST_F(EtcdElection, ObserveSeesEveryLeaderAndProclaimInOrderWithGrowingTokens) 
   std::stop_source stop_observing;
   Status observe_status;
   std::thread observer([&] {
-    observe_status = ew.observe([&](const auto& leader) { seen.add(leader); },
-                                stop_observing.get_token());
+    observe_status =
+        ew.observe([&](const auto& leader) { seen.add(leader); }, stop_observing.get_token());
   });
   ASSERT_TRUE(eventually([&] { return seen.last_is("-"); }));
 
@@ -167,7 +167,8 @@ TEST_F(EtcdElection, ACampaignThatCannotWinNowOrIsCancelledLeavesNoKey) {
 
   std::stop_source cancel;
   std::optional<Result<Leadership>> cancelled;
-  std::thread campaigner([&] { cancelled.emplace(eb.campaign("b", {.stop = cancel.get_token()})); });
+  std::thread campaigner(
+      [&] { cancelled.emplace(eb.campaign("b", {.stop = cancel.get_token()})); });
   ASSERT_TRUE(eventually([&] { return keys_and_values("busy").size() == 4; }));
   cancel.request_stop();
   campaigner.join();

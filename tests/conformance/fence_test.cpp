@@ -303,6 +303,59 @@ TEST(PostgresFence, AStaleTokenAbortsTheTransactionAndANewerOneCommitsWithItsWri
   b.exec("ROLLBACK");
 }
 
+// The fence's privileges: a writer needs EXECUTE on fencelock_fence and nothing on the table, so it
+// cannot lower a token behind the fence's back (before: every writer needed UPDATE on
+// fencelock_fences, and `UPDATE fencelock_fences SET token = 0` reset another application's
+// fence). The function runs as its owner with search_path pinned: a writer's temporary table of
+// the same name (pg_temp comes first in a caller's search_path) does not stand in for the real one.
+TEST(PostgresFence, WritersNeedOnlyExecuteAndCannotLowerOrShadowTheFence) {
+  auto server = PostgresServer::start();
+  PgConn owner(server->uri());
+  ASSERT_EQ(PQstatus(owner.get()), CONNECTION_OK) << PQerrorMessage(owner.get());
+  ASSERT_TRUE(PostgresFence::install(owner.get()).ok());
+  server->sql("CREATE ROLE writer LOGIN PASSWORD 'writer-pw'");
+  server->sql("GRANT CONNECT, TEMPORARY ON DATABASE fencelock TO writer");
+  PgConn writer(fmt::format("postgres://writer:writer-pw@127.0.0.1:{}/fencelock", server->port()));
+  ASSERT_EQ(PQstatus(writer.get()), CONNECTION_OK) << PQerrorMessage(writer.get());
+
+  // No EXECUTE yet: refused, saying what to grant.
+  writer.exec("BEGIN");
+  Status denied = PostgresFence::check(writer.get(), "accounts/1", T(10));
+  EXPECT_EQ(denied.code(), Code::kPermissionDenied) << denied.to_string();
+  EXPECT_NE(denied.message().find("GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric)"),
+            std::string::npos)
+      << denied.message();
+  writer.exec("ROLLBACK");
+
+  owner.exec("GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric) TO writer");
+  writer.exec("BEGIN");
+  ASSERT_TRUE(PostgresFence::check(writer.get(), "accounts/1", T(10)).ok());
+  writer.exec("COMMIT");
+
+  // The table is the owner's alone.
+  for (const char* attack :
+       {"UPDATE fencelock_fences SET token = 0", "DELETE FROM fencelock_fences",
+        "INSERT INTO fencelock_fences VALUES ('accounts/2', 1)",
+        "SELECT token FROM fencelock_fences"}) {
+    PGresult* r = PQexec(writer.get(), attack);
+    const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    EXPECT_STREQ(state != nullptr ? state : "ok", "42501") << attack;
+    PQclear(r);
+  }
+  EXPECT_EQ(server->sql("SELECT token FROM fencelock_fences WHERE resource = 'accounts/1'"), "10");
+
+  // A temporary table named like the fence's, empty: the check still sees the real fence.
+  writer.exec(
+      "CREATE TEMP TABLE fencelock_fences (resource text PRIMARY KEY, token numeric(20, 0))");
+  writer.exec("BEGIN");
+  Status shadowed = PostgresFence::check(writer.get(), "accounts/1", T(5));
+  EXPECT_EQ(shadowed.code(), Code::kFenced) << shadowed.to_string();
+  writer.exec("ROLLBACK");
+  EXPECT_EQ(server->sql("SELECT prosecdef AND proconfig::text LIKE '%search_path=pg_catalog%' "
+                        "FROM pg_proc WHERE proname = 'fencelock_fence'"),
+            "t");
+}
+
 // In autocommit the fence row is unlocked when the statement ends: A check(5), B check(6), B
 // writes, A writes, and the row ends as A's stale write. check() refuses to run there.
 TEST(PostgresFence, RefusesToCheckOutsideATransaction) {

@@ -281,6 +281,34 @@ TEST_F(PostgresLease, MissingDdlRightsPointToMigrateWhichCreatesTheSchemaOnce) {
   EXPECT_TRUE(allowed->acquire(key("limited"), {.ttl = 5s}).ok());
 }
 
+// CREATE ... IF NOT EXISTS accepts an object someone else made first, whose owner could then
+// rewrite tokens at will. migrate refuses to build on such an object, naming it and its owner;
+// objects of the migrating role itself (or of a superuser) are fine. migrate also installs the
+// fence (PostgresFence), so that one run sets up everything.
+TEST_F(PostgresLease, MigrateRefusesObjectsOwnedByAnotherRoleAndInstallsTheFence) {
+  server_->sql("CREATE ROLE mallory LOGIN PASSWORD 'mallory-pw'");
+  server_->sql("GRANT CREATE ON SCHEMA public TO mallory");
+  server_->sql(
+      "SET ROLE mallory; CREATE TABLE fencelock_fences (resource text PRIMARY KEY, token "
+      "numeric(20, 0) NOT NULL); RESET ROLE");
+  auto refused = migrate(uri());
+  ASSERT_EQ(refused.code(), Code::kPermissionDenied) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("table fencelock_fences"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("\"mallory\""), std::string::npos)
+      << refused.status().message();
+
+  server_->sql("DROP TABLE fencelock_fences");
+  auto ran = migrate(uri());
+  ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+  EXPECT_EQ(server_->sql("SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE proname = "
+                         "'fencelock_fence'"),
+            "fencelock");
+  auto again = migrate(uri());
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE(again->empty()) << "migrate is not idempotent";
+}
+
 // The server decides expiry by its own clock: a row whose expires_at passed is free even if the
 // client that wrote it thinks otherwise.
 TEST_F(PostgresLease, ExpiryIsDecidedByTheServerClock) {

@@ -12,6 +12,21 @@
 
 namespace fencelock::cli {
 
+namespace {
+
+// What each kind of role needs on PostgreSQL once migrate has run (docs/PROTOCOLS.md).
+constexpr const char* kPostgresGrants =
+    "grant each role only what it needs (as the role that ran migrate):\n"
+    "  lock clients, advisory mode: GRANT SELECT, INSERT, UPDATE, DELETE ON "
+    "fencelock_advisory_holders TO r; GRANT USAGE ON SEQUENCE fencelock_advisory_tokens TO r;\n"
+    "  lock clients, lease mode:    GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_leases TO r; "
+    "GRANT USAGE ON SEQUENCE fencelock_tokens TO r;\n"
+    "  fenced writers:              GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric) TO "
+    "r; (nothing on fencelock_fences)\n"
+    "  note: in advisory mode any role that may CONNECT can take (or block) any advisory lock.\n";
+
+}  // namespace
+
 int migrate_command(const MigrateArgs& args) {
   Reporter reporter(args.json);
   BackendChoice backend = choose_backend(args.backend, args.json);
@@ -27,6 +42,10 @@ int migrate_command(const MigrateArgs& args) {
   } else {
     for (const auto& statement : *ran)
       std::fputs(fmt::format("ran:\n{}\n", statement).c_str(), stdout);
+  }
+  if (!args.json &&
+      (backend.uri.starts_with("postgres://") || backend.uri.starts_with("postgresql://"))) {
+    std::fputs(kPostgresGrants, stdout);
   }
   return kExitOk;
 }
