@@ -52,13 +52,14 @@ struct ServerCount {
 // script call per batch. Requests, not the commands the scripts run inside.
 ServerCount redis_requests(const std::string& uri) {
   ServerCount out;
-  for (const auto& ep : endpoints_of(uri)) {
-    auto colon = ep.rfind(':');
-    redisContext* c = redisConnect(ep.substr(0, colon).c_str(), std::stoi(ep.substr(colon + 1)));
-    if (c == nullptr || c->err) {
-      if (c != nullptr) redisFree(c);
-      continue;
-    }
+  std::vector<detail::redis::ContextPtr> connections;
+  try {
+    connections = redis_connections(uri, {});
+  } catch (const std::runtime_error&) {
+    return out;  // no count: the caller reports none
+  }
+  for (auto& owned : connections) {
+    redisContext* c = owned.get();
     auto* reply = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
     if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
       std::string text(reply->str, reply->len);
@@ -71,7 +72,6 @@ ServerCount redis_requests(const std::string& uri) {
       out.servers++;
     }
     if (reply != nullptr) freeReplyObject(reply);
-    redisFree(c);
   }
   return out;
 }

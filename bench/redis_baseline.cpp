@@ -1,5 +1,7 @@
 #include "redis_baseline.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -23,16 +25,47 @@ std::vector<std::string> endpoints_of(const std::string& uri) {
   return out;
 }
 
-RedisBaseline::RedisBaseline(const std::vector<std::string>& endpoints) {
-  for (const auto& ep : endpoints) {
-    auto colon = ep.rfind(':');
-    redisContext* c = redisConnect(ep.substr(0, colon).c_str(), std::stoi(ep.substr(colon + 1)));
-    if (c == nullptr || c->err) throw std::runtime_error("baseline cannot connect to " + ep);
-    for (std::string_view script : {lua::acquire, lua::raise_fence, lua::release}) {
-      std::string body(script);
-      freeReplyObject(redisCommand(c, "SCRIPT LOAD %b", body.data(), body.size()));
+std::vector<detail::redis::ContextPtr> redis_connections(const std::string& uri,
+                                                         std::vector<std::string_view> scripts) {
+  auto parsed = detail::parse_uri(uri, 6379);
+  if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
+  int db = 0;
+  if (!parsed->path.empty()) {
+    auto [end, ec] =
+        std::from_chars(parsed->path.data(), parsed->path.data() + parsed->path.size(), db);
+    if (ec != std::errc() || end != parsed->path.data() + parsed->path.size()) {
+      throw std::runtime_error("baseline: bad database number in the URI");
     }
-    contexts_.push_back(c);
+  }
+  std::vector<detail::redis::ContextPtr> out;
+  for (const auto& endpoint : parsed->endpoints) {
+    // The credentials the library would use: the URI's, else FENCELOCK_REDIS_PASSWORD / _USER.
+    detail::redis::ConnectSpec spec{.endpoint = endpoint,
+                                    .user = parsed->user,
+                                    .password = parsed->password,
+                                    .has_password = parsed->has_password,
+                                    .db = db,
+                                    .scripts = scripts};
+    if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); !spec.has_password && env) {
+      spec.password = env;
+      spec.has_password = true;
+    }
+    if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); spec.user.empty() && env) {
+      spec.user = env;
+    }
+    auto c = detail::redis::open_context(spec, detail::Clock::now() + std::chrono::seconds(2));
+    if (!c.ok()) {
+      throw std::runtime_error(fmt::format("baseline cannot connect to {}:{}: {}", endpoint.host,
+                                           endpoint.port, c.status().message()));
+    }
+    out.push_back(std::move(*c));
+  }
+  return out;
+}
+
+RedisBaseline::RedisBaseline(const std::string& uri) {
+  for (auto& c : redis_connections(uri, {lua::acquire, lua::raise_fence, lua::release})) {
+    contexts_.push_back(c.release());
   }
 }
 

@@ -5,16 +5,20 @@
 
 #include <hiredis/hiredis.h>
 
+#include "redis/connection.h"
+
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fencelock::bench {
 
 class RedisBaseline {
  public:
-  // `endpoints`: "host:port" of each instance. Throws std::runtime_error when one cannot be
-  // reached.
-  explicit RedisBaseline(const std::vector<std::string>& endpoints);
+  // Every instance of the redis:// or redlock:// `uri`, logged in as the library would (the
+  // URI's credentials, else FENCELOCK_REDIS_PASSWORD / FENCELOCK_REDIS_USER). Throws
+  // std::runtime_error when one cannot be reached or refuses the credentials.
+  explicit RedisBaseline(const std::string& uri);
   ~RedisBaseline();
   RedisBaseline(const RedisBaseline&) = delete;
   RedisBaseline& operator=(const RedisBaseline&) = delete;
@@ -32,7 +36,12 @@ class RedisBaseline {
 };
 
 // The "host:port" of every server in a backend URI (core/uri.h parses it; credentials and
-// options are dropped: the baselines do not log in).
+// options are dropped).
 std::vector<std::string> endpoints_of(const std::string& uri);
+
+// A connection to every instance of a redis:// or redlock:// URI with its credentials and
+// database, `scripts` loaded. Throws std::runtime_error as RedisBaseline does.
+std::vector<detail::redis::ContextPtr> redis_connections(const std::string& uri,
+                                                         std::vector<std::string_view> scripts);
 
 }  // namespace fencelock::bench

@@ -65,7 +65,7 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
     auto etcd = std::make_shared<EtcdBaseline>(config.uri);
     bare = [etcd](const std::string& k) { return etcd->cycle(k); };
   } else {
-    auto redis = std::make_shared<RedisBaseline>(endpoints_of(config.uri));
+    auto redis = std::make_shared<RedisBaseline>(config.uri);
     bare = [redis](const std::string& k) { return redis->cycle(k); };
   }
   auto lib_key = *LockKey::make("bench/uncontended/lib");

@@ -1,0 +1,179 @@
+// No output channel shows a password: for each backend with a password, every command that runs
+// on it (run, status, list, torture, bench, migrate), its failures (unreachable, malformed URI,
+// wrong password), and every channel they write (stdout, stderr and the log lines on it, --json,
+// the --metrics file, the command's environment, torture's work directory) are searched for the
+// password, which is distinctive so that any echo of it would be found.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+#include "support/postgres_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Raw '?', '/' and '@' are what leaked PostgreSQL passwords (issue 13, item 1).
+constexpr const char* kRedisPassword = "Rs-7c1d-secret";
+constexpr const char* kPostgresPassword = "Pg?5e2/b@secret";
+constexpr const char* kWrongPassword = "Wr-90af-secret";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+class CliSecrets : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("fencelock-cli-secrets-"); }
+  void TearDown() override { remove_tree(dir_); }
+
+  // Every text a command produced, named by where it came from.
+  struct Channels {
+    std::vector<std::pair<std::string, std::string>> texts;
+    void add(const std::string& where, const RunResult& r) {
+      texts.emplace_back(where + " stdout", r.stdout_text);
+      texts.emplace_back(where + " stderr", r.stderr_text);
+    }
+    void add_file(const std::string& where, const std::string& path) {
+      texts.emplace_back(where, slurp(path));
+    }
+    void add_tree(const std::string& where, const std::string& root) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+        if (entry.is_regular_file()) add_file(where + " " + entry.path().string(), entry.path());
+      }
+    }
+  };
+
+  static void expect_nowhere(const Channels& channels, const std::vector<std::string>& secrets) {
+    EXPECT_GT(channels.texts.size(), 10u);
+    for (const auto& [where, text] : channels.texts) {
+      for (const auto& secret : secrets) {
+        EXPECT_THAT(text, Not(HasSubstr(secret))) << "the password shows in " << where;
+      }
+    }
+  }
+
+  // run (JSON summary, metrics file, the command's environment), status and list, on `uri`.
+  void run_status_list(const std::string& label, const std::string& uri, Channels& out,
+                       std::vector<std::string> env = {}) {
+    const std::string metrics = fmt::format("{}/{}.prom", dir_, label);
+    const std::string command_env = fmt::format("{}/{}.env", dir_, label);
+    RunResult run = run_cli({"run", "--backend", uri, "--json", "--metrics", metrics, "secrets/k",
+                             "--", "sh", "-c", "env > \"$1\"", "sh", command_env},
+                            env);
+    EXPECT_EQ(run.exit_code, 0) << label << ": " << run.stderr_text;
+    out.add(label + " run", run);
+    out.add_file(label + " --metrics file", metrics);
+    out.add_file(label + " the command's environment", command_env);
+    EXPECT_THAT(slurp(command_env), HasSubstr("FENCELOCK_BACKEND=")) << "the env was not written";
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"status", "--backend", uri, "secrets/k"},
+          std::vector<std::string>{"status", "--backend", uri, "--json", "secrets/k"},
+          std::vector<std::string>{"list", "--backend", uri},
+          std::vector<std::string>{"list", "--backend", uri, "--json"}}) {
+      RunResult r = run_cli(args, env);
+      EXPECT_LT(r.exit_code, 64) << label << " " << args[0] << ": " << r.stderr_text;
+      out.add(label + " " + args[0], r);
+    }
+  }
+
+  void torture(const std::string& label, const std::string& uri, Channels& out,
+               std::vector<std::string> env = {}) {
+    const std::string work = fmt::format("{}/{}-torture", dir_, label);
+    RunResult r = run_cli({"torture", "--backend", uri, "--json", "--workers", "2", "--duration",
+                           "3s", "--faults", "none", "--work-dir", work},
+                          env, std::chrono::minutes(1));
+    EXPECT_LT(r.exit_code, 64) << label << " torture: " << r.stderr_text;
+    out.add(label + " torture", r);
+    ASSERT_TRUE(std::filesystem::exists(work)) << label;
+    out.add_tree(label + " torture work dir", work);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CliSecrets, ARedisPasswordAppearsInNoOutputChannel) {
+  auto server = RedisServer::start(RedisServerOptions{.password = kRedisPassword});
+  const std::string uri = server->uri_with_credentials();
+  ASSERT_THAT(uri, HasSubstr(kRedisPassword));
+  Channels out;
+  run_status_list("redis-uri", uri, out);
+  // The password from the environment instead of the URI: the command must not get it either.
+  run_status_list("redis-env", server->uri(), out,
+                  {std::string("FENCELOCK_REDIS_PASSWORD=") + kRedisPassword});
+  torture("redis", uri, out);
+  RunResult bench =
+      run_cli({"bench", "--backend", uri, "--scenario", "uncontended", "--seconds", "1"}, {}, 1min);
+  EXPECT_EQ(bench.exit_code, 0) << bench.stderr_text;
+  out.add("bench", bench);
+  RunResult bench_json =
+      run_cli({"bench", "--backend", uri, "--json", "--scenario", "uncontended", "--seconds", "1"},
+              {}, 1min);
+  out.add("bench --json", bench_json);
+  out.add("migrate", run_cli({"migrate", "--backend", uri}));
+
+  // Failures: a wrong password, an unreachable server, a malformed URI, each in both formats.
+  const std::string wrong = fmt::format("redis://:{}@127.0.0.1:{}", kWrongPassword, server->port());
+  const std::string unreachable = fmt::format("redis://:{}@127.0.0.1:1", kRedisPassword);
+  const std::string malformed = fmt::format("redis://:{}@127.0.0.1:notaport", kRedisPassword);
+  for (const auto& bad : {wrong, unreachable, malformed}) {
+    for (bool json : {false, true}) {
+      std::vector<std::string> args = {"run", "--backend", bad, "secrets/k", "--", "true"};
+      if (json) args.insert(args.begin() + 1, "--json");
+      RunResult r = run_cli(args);
+      EXPECT_NE(r.exit_code, 0) << bad;
+      out.add("failing run " + std::to_string(r.exit_code), r);
+    }
+    out.add("failing torture", run_cli({"torture", "--backend", bad, "--duration", "1s"}));
+  }
+  expect_nowhere(out, {kRedisPassword, kWrongPassword});
+}
+
+TEST_F(CliSecrets, APostgresPasswordWithUriDelimitersAppearsInNoOutputChannel) {
+  auto server = PostgresServer::start(PostgresServerOptions{.password = kPostgresPassword});
+  // Raw, not percent-encoded: the form that leaked.
+  const std::string uri = fmt::format("postgres://fencelock:{}@127.0.0.1:{}/fencelock",
+                                      kPostgresPassword, server->port());
+  Channels out;
+  out.add("migrate", run_cli({"migrate", "--backend", uri}));
+  run_status_list("postgres-advisory", uri, out);
+  run_status_list("postgres-lease", uri + "?mode=lease", out);
+  // From PGPASSWORD: kept from the command too.
+  run_status_list("postgres-env",
+                  fmt::format("postgres://fencelock@127.0.0.1:{}/fencelock", server->port()), out,
+                  {std::string("PGPASSWORD=") + kPostgresPassword});
+  torture("postgres", uri, out);
+  const std::string wrong =
+      fmt::format("postgres://fencelock:{}@127.0.0.1:{}/fencelock", kWrongPassword, server->port());
+  const std::string unreachable =
+      fmt::format("postgres://fencelock:{}@127.0.0.1:1/fencelock", kPostgresPassword);
+  const std::string malformed = fmt::format("postgres://fencelock:{}%@127.0.0.1:{}/fencelock",
+                                            kPostgresPassword, server->port());
+  for (const auto& bad : {wrong, unreachable, malformed}) {
+    for (bool json : {false, true}) {
+      std::vector<std::string> args = {"run", "--backend", bad, "secrets/k", "--", "true"};
+      if (json) args.insert(args.begin() + 1, "--json");
+      RunResult r = run_cli(args);
+      EXPECT_NE(r.exit_code, 0) << bad;
+      out.add("failing run " + std::to_string(r.exit_code), r);
+    }
+  }
+  // Pieces libpq used to quote ("could not translate host name "cret@127.0.0.1"").
+  expect_nowhere(out, {kPostgresPassword, kWrongPassword, "5e2/b", "b@secret"});
+}
+
+}  // namespace
+}  // namespace fencelock::testing
