@@ -128,7 +128,7 @@ TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
   std::mutex mu;
   std::vector<std::uint64_t> order;  // tokens in the order the critical sections ran
   std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       for (int i = 0; i < kGrantsEach; ++i) {
@@ -171,7 +171,7 @@ TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("mutex/contended");
   std::atomic<int> inside{0}, overlaps{0}, grants{0};
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int c = 0; c < kClients; ++c) {
     for (int t = 0; t < kThreadsPerClient; ++t) {
       threads.emplace_back([&, c] {
@@ -364,7 +364,7 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
   ASSERT_TRUE(lease.ok());
   std::mutex mu;
   std::vector<std::uint64_t> tokens;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       auto mine = waiters.acquire(k, {.ttl = 10s, .wait = 30s});

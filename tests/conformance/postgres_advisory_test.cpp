@@ -144,7 +144,7 @@ TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
   std::mutex mu;
   std::vector<int> order;
   std::vector<std::uint64_t> tokens;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
       auto lease =
@@ -196,7 +196,7 @@ TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
   std::atomic<int> served{0};
   std::vector<std::string> failures;
   std::mutex mu;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < kKeys; ++i) {
     threads.emplace_back([&, i] {
       auto lease = waiters.acquire(key("many/" + std::to_string(i)), {.ttl = 5s, .wait = 60s});
@@ -388,7 +388,8 @@ TEST_F(PostgresAdvisory, SharedHoldersCoexistAndAnExclusiveWaiterFollowsThemAll)
   EXPECT_NE(first->token(), second->token());
   EXPECT_EQ(c.acquire(key("readers"), {.ttl = 5s}).code(), Code::kLocked);
   std::optional<Result<Lease>> writer;
-  std::thread waiting([&] { writer.emplace(c.acquire(key("readers"), {.ttl = 5s, .wait = 30s})); });
+  std::jthread waiting(
+      [&] { writer.emplace(c.acquire(key("readers"), {.ttl = 5s, .wait = 30s})); });
   ASSERT_TRUE(eventually([&] { return sessions_waiting_on("readers") == 1; }));
   ASSERT_TRUE(first->release().ok());
   EXPECT_EQ(sessions_waiting_on("readers"), 1)

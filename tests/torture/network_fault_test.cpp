@@ -45,8 +45,8 @@ Proxied proxy_all(const std::string& uri) {
   return out;
 }
 
-// Acquire+release works, connections are dropped for 300 ms, and afterwards the same Client is
-// granted again within `bound`.
+// Acquire+release works, connections are dropped until calls in flight fail, and afterwards the
+// same Client is granted again within `bound`.
 void expect_recovers_after_drop(const std::string& uri, std::chrono::milliseconds bound) {
   Proxied proxied = proxy_all(uri);
   auto client = Client::connect(proxied.uri, {.connect_timeout = 2s, .io_timeout = 500ms});
@@ -59,15 +59,22 @@ void expect_recovers_after_drop(const std::string& uri, std::chrono::millisecond
   // calls are in flight (as in `fencelock torture`).
   auto busy = Client::connect(proxied.uri, {.connect_timeout = 2s, .io_timeout = 500ms});
   ASSERT_TRUE(busy.ok()) << busy.status().to_string();
-  std::atomic<bool> stop{false};
-  std::thread hammer([&] {
-    while (!stop) (void)busy->acquire(*LockKey::make("busy"), {.ttl = 2s});
+  std::atomic<int> calls{0}, failed{0};
+  // A jthread stops (and is joined) however this function returns.
+  std::jthread hammer([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      if (!busy->acquire(*LockKey::make("busy"), {.ttl = 2s}).ok()) failed++;
+      calls++;
+    }
   });
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(eventually([&] { return calls.load() >= 1; }, 10s)) << "the hammer never called";
   proxied.set(NetworkFault::kDrop);
-  std::this_thread::sleep_for(300ms);  // the fault's length
+  // The fault lasts until calls were cut by it (connections refused while in flight).
+  const int failed_before = failed.load();
+  EXPECT_TRUE(eventually([&] { return failed.load() >= failed_before + 2; }, 10s))
+      << "no call failed under the fault";
   proxied.set(NetworkFault::kNone);
-  stop = true;
+  hammer.request_stop();
   hammer.join();
   const auto healed = Clock::now();
   Status last;
