@@ -22,7 +22,6 @@
 // Thread-safety: Status and Result are plain values; distinct objects may be used concurrently.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,10 +72,14 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}        // NOLINT: implicit by design
-  Result(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!std::get<Status>(state_).ok() && "a Result built from a Status needs an error");
-  }
+  Result(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  // An OK `status` holds no value: the Result becomes kInternal (as absl::StatusOr does), never
+  // a Result that is neither a value nor an error.
+  Result(Status status)  // NOLINT: implicit by design
+      : state_(status.ok() ? Status(Code::kInternal,
+                                    "a Result was built from an OK Status (a bug: return a value "
+                                    "or an error)")
+                           : std::move(status)) {}
 
   bool ok() const { return std::holds_alternative<T>(state_); }
   explicit operator bool() const { return ok(); }

@@ -204,6 +204,16 @@ TEST(Result, HoldsAnError) {
   EXPECT_EQ(r.status().message(), "stopped");
 }
 
+// A Result built from an OK Status holds neither a value nor an error: it was ok() == false with
+// code() == kOk in release builds. It is kInternal now, as absl::StatusOr makes it.
+TEST(Result, BuiltFromAnOkStatusIsAnInternalError) {
+  Result<int> r = Status::Ok();
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), Code::kInternal);
+  EXPECT_FALSE(r.status().ok());
+  EXPECT_NE(r.status().message().find("OK Status"), std::string::npos) << r.status().message();
+}
+
 TEST(Result, MovesItsValueOut) {
   Result<std::string> r = std::string("payload");
   EXPECT_EQ(r->size(), 7u);
