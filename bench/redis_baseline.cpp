@@ -1,7 +1,5 @@
 #include "redis_baseline.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -29,34 +27,17 @@ std::vector<detail::redis::ContextPtr> redis_connections(const std::string& uri,
                                                          std::vector<std::string_view> scripts) {
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
-  int db = 0;
-  if (!parsed->path.empty()) {
-    auto [end, ec] =
-        std::from_chars(parsed->path.data(), parsed->path.data() + parsed->path.size(), db);
-    if (ec != std::errc() || end != parsed->path.data() + parsed->path.size()) {
-      throw std::runtime_error("baseline: bad database number in the URI");
-    }
-  }
+  // The credentials and database the library would use (the one reading of the URI).
+  auto specs = detail::redis::connect_specs(*parsed, std::chrono::seconds(2));
+  if (!specs.ok()) throw std::runtime_error(specs.status().to_string());
   std::vector<detail::redis::ContextPtr> out;
-  for (const auto& endpoint : parsed->endpoints) {
-    // The credentials the library would use: the URI's, else FENCELOCK_REDIS_PASSWORD / _USER.
-    detail::redis::ConnectSpec spec{.endpoint = endpoint,
-                                    .user = parsed->user,
-                                    .password = parsed->password,
-                                    .has_password = parsed->has_password,
-                                    .db = db,
-                                    .scripts = scripts};
-    if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); !spec.has_password && env) {
-      spec.password = env;
-      spec.has_password = true;
-    }
-    if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); spec.user.empty() && env) {
-      spec.user = env;
-    }
+  for (auto& spec : *specs) {
+    spec.scripts = scripts;
     auto c = detail::redis::open_context(spec, detail::Clock::now() + std::chrono::seconds(2));
     if (!c.ok()) {
-      throw std::runtime_error(fmt::format("baseline cannot connect to {}:{}: {}", endpoint.host,
-                                           endpoint.port, c.status().message()));
+      throw std::runtime_error(fmt::format("baseline cannot connect to {}:{}: {}",
+                                           spec.endpoint.host, spec.endpoint.port,
+                                           c.status().message()));
     }
     out.push_back(std::move(*c));
   }

@@ -128,6 +128,13 @@ Status parse_query(std::string_view text, ParsedUri& out) {
 
 }  // namespace
 
+Status unknown_scheme(std::string_view scheme) {
+  return Status(Code::kInvalidArgument,
+                fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, "
+                            "postgres://, etcd:// or memory://)",
+                            scheme));
+}
+
 Status check_host_count(std::string_view host_list) {
   if (host_list.empty()) return Status::Ok();
   const auto hosts =

@@ -39,6 +39,9 @@ inline constexpr std::size_t kMaxHosts = 64;
 // kInvalidArgument when the comma-separated `host_list` names more than kMaxHosts hosts.
 Status check_host_count(std::string_view host_list);
 
+// kInvalidArgument "unknown backend scheme 'SCHEME://' (use ...)": the one message for it.
+Status unknown_scheme(std::string_view scheme);
+
 // `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);
 

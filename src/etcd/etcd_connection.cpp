@@ -195,6 +195,9 @@ EtcdConnection::WatchResult outcome(bool fired, Clock::time_point until,
 }  // namespace
 
 Status to_status(const grpc::Status& status, std::string_view what) {
+  // Said once, here: the CLI adds no advice of its own to a credentials error.
+  constexpr const char* kCredentialAdvice =
+      "; check the user and password in the URI or FENCELOCK_ETCD_PASSWORD";
   std::string message = fmt::format("etcd {}: {}", what, status.error_message());
   switch (status.error_code()) {
     case grpc::StatusCode::OK:
@@ -206,12 +209,12 @@ Status to_status(const grpc::Status& status, std::string_view what) {
     case grpc::StatusCode::CANCELLED:
       return Status(Code::kCancelled, message);
     case grpc::StatusCode::UNAUTHENTICATED:
-      return Status(Code::kUnauthenticated, message);
+      return Status(Code::kUnauthenticated, message + kCredentialAdvice);
     case grpc::StatusCode::PERMISSION_DENIED:
       return Status(Code::kPermissionDenied, message);
     case grpc::StatusCode::INVALID_ARGUMENT:
       if (status.error_message().find("authentication failed") != std::string::npos) {
-        return Status(Code::kUnauthenticated, message);
+        return Status(Code::kUnauthenticated, message + kCredentialAdvice);
       }
       return Status(Code::kInvalidArgument, message);
     default:

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -111,6 +113,40 @@ Status check_eviction_policy(redisContext* context, std::string_view where, bool
                               where, policy));
   }
   return Status::Ok();
+}
+
+Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, milliseconds connect_timeout) {
+  int db = 0;
+  if (!uri.path.empty()) {
+    auto [end, ec] = std::from_chars(uri.path.data(), uri.path.data() + uri.path.size(), db);
+    if (ec != std::errc() || end != uri.path.data() + uri.path.size() || db < 0) {
+      return Status(
+          Code::kInvalidArgument,
+          fmt::format("malformed backend URI: database '{}' is not a number >= 0", uri.path));
+    }
+  }
+  ConnectSpec base;
+  base.user = uri.user;
+  base.password = uri.password;
+  base.has_password = uri.has_password;
+  if (!base.has_password) {
+    if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); env != nullptr) {
+      base.password = env;
+      base.has_password = true;
+    }
+  }
+  if (base.user.empty()) {
+    if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); env != nullptr) base.user = env;
+  }
+  base.db = db;
+  base.connect_timeout = connect_timeout;
+  std::vector<ConnectSpec> specs;
+  for (const auto& endpoint : uri.endpoints) {
+    ConnectSpec spec = base;
+    spec.endpoint = endpoint;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
 }
 
 Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline) {

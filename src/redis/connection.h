@@ -51,6 +51,12 @@ struct ConnectSpec {
   std::vector<std::string_view> scripts;  // SCRIPT LOADed on every new connection
 };
 
+// The one reading of a redis:// or redlock:// URI's connection parts, for the backends, the fence
+// and the benchmarks' baselines: one spec per endpoint with the URI's credentials (else
+// FENCELOCK_REDIS_PASSWORD and FENCELOCK_REDIS_USER from the environment) and its database number
+// (the path: a whole number >= 0, else kInvalidArgument). Options (the query) are the caller's.
+Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, milliseconds connect_timeout);
+
 // Opens a blocking context, then AUTH (when a password is set), SELECT (db != 0), a PING and
 // SCRIPT LOAD of spec.scripts (so EVALSHA works after a server restart).
 // kUnavailable when the server cannot be reached, kUnauthenticated / kPermissionDenied when it

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "core/log_internal.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
 #include "core/token_text.h"
@@ -498,17 +498,6 @@ class RedlockBackend final : public Backend {
   ReleaseHub hub_;
 };
 
-Result<int> parse_db(const std::string& path) {
-  if (path.empty()) return 0;
-  int db = -1;
-  auto [end, ec] = std::from_chars(path.data(), path.data() + path.size(), db);
-  if (ec != std::errc() || end != path.data() + path.size() || db < 0) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("malformed backend URI: database '{}' is not a number >= 0", path));
-  }
-  return db;
-}
-
 }  // namespace
 }  // namespace redis
 
@@ -567,32 +556,28 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
     }
     renew_batch = parsed;
   }
-  auto db = parse_db(uri.path);
-  if (!db.ok()) return db.status();
   if (options.drift_factor < 0 || options.drift_factor >= 0.5) {
     return Status(Code::kInvalidArgument, "drift_factor must be in [0, 0.5)");
   }
 
-  std::vector<ConnectSpec> specs;
-  for (const auto& ep : uri.endpoints) {
-    ConnectSpec spec;
-    spec.endpoint = ep;
-    spec.user = uri.user;
-    spec.password = uri.password;
-    spec.has_password = uri.has_password;
-    if (!spec.has_password) {
-      if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); env != nullptr) {
-        spec.password = env;
-        spec.has_password = true;
-      }
-    }
-    if (spec.user.empty()) {
-      if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); env != nullptr) spec.user = env;
-    }
-    spec.db = *db;
-    spec.connect_timeout = options.connect_timeout;
+  // Accepted, but said once: fewer than 3 instances tolerate no failure, and an even number no
+  // more failures than one instance fewer would.
+  if (const std::size_t n = uri.endpoints.size(); redlock && (n < 3 || n % 2 == 0)) {
+    const int size = static_cast<int>(n);
+    const int tolerated = size - quorum(size);
+    detail::log(LogLevel::kWarning, "{}",
+                n < 3 ? fmt::format("redlock:// with {} instance{} tolerates no failure (a "
+                                    "majority of {} is {}); use 3 or 5 instances",
+                                    n, n == 1 ? "" : "s", n, quorum(size))
+                      : fmt::format("redlock:// with {} instances tolerates {} failure{}, no more "
+                                    "than {} would: use an odd number of instances",
+                                    n, tolerated, tolerated == 1 ? "" : "s", n - 1));
+  }
+  auto made = connect_specs(uri, options.connect_timeout);
+  if (!made.ok()) return made.status();
+  std::vector<ConnectSpec> specs = std::move(*made);
+  for (ConnectSpec& spec : specs) {
     spec.scripts = {lua::acquire, lua::raise_fence, lua::renew, lua::release, lua::inspect};
-    specs.push_back(std::move(spec));
   }
   auto backend = std::make_unique<RedlockBackend>(specs, options, redact(uri), renew_batch);
 

@@ -75,30 +75,11 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
     return Status(Code::kInvalidArgument,
                   "RedisFence needs redis://host:port (one instance holds the resource)");
   }
+  auto specs = redis::connect_specs(*parsed, options.connect_timeout);
+  if (!specs.ok()) return specs.status();
   auto impl = std::make_shared<Impl>();
   impl->options = options;
-  impl->spec.endpoint = parsed->endpoints.front();
-  impl->spec.user = parsed->user;
-  impl->spec.password = parsed->password;
-  impl->spec.has_password = parsed->has_password;
-  if (!impl->spec.has_password) {
-    if (const char* env = std::getenv("FENCELOCK_REDIS_PASSWORD"); env != nullptr) {
-      impl->spec.password = env;
-      impl->spec.has_password = true;
-    }
-  }
-  if (impl->spec.user.empty()) {
-    if (const char* env = std::getenv("FENCELOCK_REDIS_USER"); env != nullptr)
-      impl->spec.user = env;
-  }
-  if (!parsed->path.empty()) {
-    try {
-      impl->spec.db = std::stoi(parsed->path);
-    } catch (const std::exception&) {
-      return Status(Code::kInvalidArgument, "redis:// database must be a number");
-    }
-  }
-  impl->spec.connect_timeout = options.connect_timeout;
+  impl->spec = std::move(specs->front());
   impl->spec.scripts = {detail::lua::fence_set, detail::lua::fence_get};
   bool allow_eviction = false;
   for (const auto& [name, value] : parsed->query) {

@@ -169,6 +169,32 @@ TEST_F(CliExitCodes, DurationsAboveTheCapGive64) {
   expect_usage_error(run_touch("k", {"--ttl", "2510000h"}), "at most 596h");
 }
 
+// An unknown scheme is a usage error everywhere; migrate said "nothing to do".
+TEST_F(CliExitCodes, MigrateWithAnUnknownSchemeGives64) {
+  RunResult r = run_cli({"migrate", "--backend", "zk://h"});
+  EXPECT_EQ(r.exit_code, 64) << r.stdout_text << r.stderr_text;
+  EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("unknown backend scheme 'zk://'"));
+  EXPECT_THAT(r.stdout_text, Not(HasSubstr("nothing to do")));
+}
+
+// Library warnings while connecting reach the operator once, on stderr (they went nowhere): here
+// a redlock:// of 2 instances, which tolerates no failure.
+TEST_F(CliExitCodes, ARedlockThatToleratesNoFailureIsWarnedAboutOnce) {
+  auto cluster = RedisCluster::start(2);
+  const std::string warning =
+      "fencelock: warning: redlock:// with 2 instances tolerates no failure";
+  auto human = run_cli({"status", "--backend", cluster->redlock_uri(), "k"});
+  EXPECT_EQ(human.exit_code, 0) << human.stderr_text;
+  const auto first = human.stderr_text.find(warning);
+  ASSERT_NE(first, std::string::npos) << human.stderr_text;
+  EXPECT_EQ(human.stderr_text.find(warning, first + 1), std::string::npos) << human.stderr_text;
+  auto json = run_cli({"status", "--json", "--backend", cluster->redlock_uri(), "k"});
+  EXPECT_EQ(json.exit_code, 0) << json.stderr_text;
+  EXPECT_THAT(json.stderr_text, HasSubstr("{\"message\":\"redlock:// with 2 instances"));
+  EXPECT_THAT(json.stderr_text, HasSubstr("\"warning\":\"backend\""));
+}
+
 TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
   auto no_command = run_cli({"run", "--backend", server_->uri(), "k"});
   EXPECT_EQ(no_command.exit_code, 64);
@@ -194,6 +220,12 @@ TEST_F(CliExitCodes, WrongPasswordGives77AndIsNeverPrinted) {
   EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
   EXPECT_THAT(r.stderr_text, Not(HasSubstr("wrong-secret")));
   EXPECT_FALSE(file_exists(marker()));
+  // The advice is given once (it was repeated: the library's, then the CLI's).
+  const std::string advice = "check the user and password";
+  const auto first = r.stderr_text.find(advice);
+  ASSERT_NE(first, std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find(advice, first + 1), std::string::npos) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("FENCELOCK_BACKEND")) << "where the URI came from";
 
   auto status = run_cli({"status", "--backend", wrong, "k"});
   EXPECT_EQ(status.exit_code, 77) << status.stderr_text;

@@ -90,6 +90,25 @@ TEST(RedisFence, WritesOnlyWithTheNewestTokenAndComparesEveryUint64Exactly) {
   EXPECT_NE(RedisFence::script().find("KEYS[2]"), std::string_view::npos);
 }
 
+// One URI, one answer: the fence reads the database number as the backend does (std::stoi took
+// "2abc" as 2 and "-1" as -1, which the backend refuses).
+TEST(RedisFence, TheDatabaseNumberIsReadAsTheBackendReadsIt) {
+  auto server = RedisServer::start();
+  for (const char* db : {"2abc", "-1", "x", "99999999999"}) {
+    const std::string uri = server->uri() + "/" + db;
+    auto fence = RedisFence::connect(uri);
+    EXPECT_EQ(fence.code(), Code::kInvalidArgument) << uri;
+    EXPECT_EQ(Client::connect(uri).code(), Code::kInvalidArgument) << uri;
+  }
+  auto fence = RedisFence::connect(server->uri() + "/3");
+  ASSERT_TRUE(fence.ok()) << fence.status().to_string();
+  ASSERT_TRUE(fence->set("db-check", "1", T(1)).ok());
+  EXPECT_EQ(server->command({"EVAL", "redis.call('SELECT', 3) return redis.call('GET', KEYS[1])",
+                             "1", "fencelock:fence:db-check"}),
+            "1");
+  EXPECT_EQ(server->command({"EXISTS", "fencelock:fence:db-check"}), "0") << "written to db 0";
+}
+
 TEST(RedisFence, AKilledServerIsUnavailableAndTheNextCallReconnects) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri(), {.connect_timeout = 300ms, .io_timeout = 300ms});

@@ -150,6 +150,43 @@ TEST(RedisEviction, AnEvictingPolicyIsRefusedAtConnectUnlessTheUriAcceptsIt) {
   EXPECT_EQ(Client::connect(cluster->redlock_uri()).code(), Code::kInvalidArgument);
 }
 
+// redlock:// with fewer than 3 or an even number of instances is accepted with one warning (it was
+// accepted silently): 2 tolerate no failure, 4 no more than 3 would.
+TEST(RedlockConnect, FewerThanThreeOrAnEvenNumberOfInstancesIsAcceptedWithOneWarning) {
+  auto cluster = RedisCluster::start(4);
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  auto connect_and_collect = [&](const std::string& uri) {
+    {
+      std::lock_guard lock(mu);
+      warnings.clear();
+    }
+    set_log_sink(
+        [&](LogLevel, std::string_view text) {
+          std::lock_guard lock(mu);
+          warnings.emplace_back(text);
+        },
+        LogLevel::kWarning);
+    auto client = Client::connect(uri);
+    set_log_sink({});
+    EXPECT_TRUE(client.ok()) << uri << ": " << client.status().to_string();
+    std::lock_guard lock(mu);
+    return warnings;
+  };
+  const std::string four = cluster->redlock_uri();
+  const std::string two = four.substr(0, four.find(',', four.find(',') + 1));
+  const std::string three = four.substr(0, four.rfind(','));
+  auto warned = connect_and_collect(four);
+  ASSERT_EQ(warned.size(), 1u) << four;
+  EXPECT_NE(warned[0].find("4 instances tolerates 1 failure, no more than 3 would"),
+            std::string::npos)
+      << warned[0];
+  warned = connect_and_collect(two);
+  ASSERT_EQ(warned.size(), 1u) << two;
+  EXPECT_NE(warned[0].find("2 instances tolerates no failure"), std::string::npos) << warned[0];
+  EXPECT_TRUE(connect_and_collect(three).empty()) << three;
+}
+
 TEST(RedisEviction, APolicyThatCannotBeReadIsAWarningNotARefusal) {
   auto server = RedisServer::start();
   ASSERT_EQ(
@@ -369,7 +406,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   };
   std::mutex mu;
   std::vector<int> order;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
       auto lease =
@@ -383,7 +420,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   }
   // One more waiter that gives up: its place must not block the line.
   std::stop_source cancel;
-  std::thread quitter([&] {
+  std::jthread quitter([&] {
     (void)clients[kWaiters].acquire(key("fifo"),
                                     {.ttl = 5s, .wait = 30s, .stop = cancel.get_token()});
   });
@@ -596,7 +633,7 @@ TEST(RedisFaults, ALeaseDestructorReturnsAgainstAPausedServer) {
   server->pause();
   std::promise<void> done;
   auto finished = done.get_future();
-  std::thread destroying([&, held = std::make_shared<Lease>(std::move(*lease))]() mutable {
+  std::jthread destroying([&, held = std::make_shared<Lease>(std::move(*lease))]() mutable {
     held.reset();  // runs ~Lease
     done.set_value();
   });

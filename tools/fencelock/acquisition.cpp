@@ -8,6 +8,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "connect_warnings.h"
 #include "unique_fd.h"
 
 namespace fencelock::cli {
@@ -47,13 +48,13 @@ int run_cancellable(SignalChannel& signals, const std::function<void(std::stop_t
   return interrupted_by;
 }
 
-Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, AcquireOptions options,
-                                SignalChannel& signals) {
+Acquisition connect_and_acquire(const std::string& uri, bool json, const LockKey& key,
+                                AcquireOptions options, SignalChannel& signals) {
   Acquisition out;
   out.interrupted_by = run_cancellable(signals, [&](std::stop_token stop) {
     // Writes only to out.client and out.lease, which the caller reads after the join.
     options.stop = stop;
-    out.client.emplace(Client::connect(uri));
+    out.client.emplace(connect_with_warnings(uri, json));
     if (out.client->ok() && !stop.stop_requested()) {
       out.lease.emplace(out.client->value().acquire(key, options));
     }

@@ -31,7 +31,7 @@ struct Acquisition {
 // `work` has returned.
 int run_cancellable(SignalChannel& signals, const std::function<void(std::stop_token)>& work);
 
-Acquisition connect_and_acquire(const std::string& uri, const LockKey& key, AcquireOptions options,
-                                SignalChannel& signals);
+Acquisition connect_and_acquire(const std::string& uri, bool json, const LockKey& key,
+                                AcquireOptions options, SignalChannel& signals);
 
 }  // namespace fencelock::cli

@@ -52,8 +52,9 @@ std::string explain_failure(const Status& status, const BackendChoice& backend) 
                          from_env ? fmt::format(" in {}", kBackendEnv) : "");
     case Code::kUnauthenticated:
     case Code::kPermissionDenied:
-      return fmt::format("{}; check the user and password in the backend URI{}", text,
-                         from_env ? fmt::format(" ({})", kBackendEnv) : "");
+      // The library's message already says what to check (once); only where the URI came from
+      // is the CLI's to add.
+      return from_env ? fmt::format("{} (the backend URI came from {})", text, kBackendEnv) : text;
     case Code::kInternal:
       return text + "; this is a bug or an unexpected server reply: please report it";
     default:

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_choice.h"
+#include "connect_warnings.h"
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
@@ -80,7 +81,7 @@ int bench_command(const BenchArgs& args) {
     return reporter.fail(kExitUsage, "usage", "--seconds and --workers must be at least 1");
   }
   BackendChoice backend = choose_backend(args.backend, args.json);
-  auto probe = Client::connect(backend.uri);
+  auto probe = connect_with_warnings(backend.uri, args.json);
   if (!probe.ok()) {
     return reporter.fail(exit_code_for(probe.code()), std::string(code_name(probe.code())),
                          explain_connect_failure(probe.status(), backend));

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "connect_warnings.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "reporter.h"
@@ -133,7 +134,7 @@ int demo_command(const DemoArgs& args) {
   settings.faults = {"pause"};
   std::vector<Outcome> outcomes;
   for (std::size_t i = 0; i < backends.size(); ++i) {
-    auto client = Client::connect(backends[i].second);
+    auto client = connect_with_warnings(backends[i].second, args.json);
     if (!client.ok()) {
       return reporter.fail(
           exit_code_for(client.code()), std::string(code_name(client.code())),

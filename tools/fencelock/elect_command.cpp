@@ -13,6 +13,7 @@
 
 #include "acquisition.h"
 #include "backend_choice.h"
+#include "connect_warnings.h"
 #include "core/duration.h"
 #include "duration_option.h"
 #include "exit_codes.h"
@@ -73,7 +74,7 @@ int observe(const ElectArgs& args, const BackendChoice& backend, SignalChannel& 
   std::optional<Result<Client>> client;
   Status outcome;
   run_cancellable(signals, [&](std::stop_token stop) {
-    client.emplace(Client::connect(backend.uri));
+    client.emplace(connect_with_warnings(backend.uri, args.json));
     if (!client->ok()) return;
     auto election = Election::make(client->value(), args.name);
     if (!election.ok()) {
@@ -101,7 +102,7 @@ int campaign(const ElectArgs& args, const CampaignOptions& options, const Backen
   std::optional<Result<Client>> client;
   std::optional<Result<Leadership>> leadership;
   const int interrupted = run_cancellable(signals, [&](std::stop_token stop) {
-    client.emplace(Client::connect(backend.uri));
+    client.emplace(connect_with_warnings(backend.uri, args.json));
     if (!client->ok()) return;
     auto election = Election::make(client->value(), args.name);
     if (!election.ok()) {

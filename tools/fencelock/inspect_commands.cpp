@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend_choice.h"
+#include "connect_warnings.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "holder_format.h"
@@ -34,7 +35,7 @@ int status_command(const StatusArgs& args) {
         fmt::format("invalid KEY: {}; see 'fencelock status --help'", key.status().message()));
   }
   BackendChoice backend = choose_backend(args.backend, args.json);
-  auto client = Client::connect(backend.uri);
+  auto client = connect_with_warnings(backend.uri, args.json);
   if (!client.ok()) {
     return report_failure(reporter, client.status(),
                           explain_connect_failure(client.status(), backend));
@@ -51,7 +52,7 @@ int status_command(const StatusArgs& args) {
 int list_command(const ListArgs& args) {
   Reporter reporter(args.json);
   BackendChoice backend = choose_backend(args.backend, args.json);
-  auto client = Client::connect(backend.uri);
+  auto client = connect_with_warnings(backend.uri, args.json);
   if (!client.ok()) {
     return report_failure(reporter, client.status(),
                           explain_connect_failure(client.status(), backend));

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_choice.h"
+#include "connect_warnings.h"
 #include "exit_codes.h"
 #include "fencelock/migrate.h"
 #include "reporter.h"
@@ -30,7 +31,10 @@ constexpr const char* kPostgresGrants =
 int migrate_command(const MigrateArgs& args) {
   Reporter reporter(args.json);
   BackendChoice backend = choose_backend(args.backend, args.json);
-  auto ran = migrate(backend.uri);
+  auto ran = [&] {
+    ConnectWarnings warnings(args.json);
+    return migrate(backend.uri);
+  }();
   if (!ran.ok()) {
     return reporter.fail(exit_code_for(ran.code()), std::string(code_name(ran.code())),
                          explain_connect_failure(ran.status(), backend));

@@ -388,7 +388,8 @@ int run_command(const RunArgs& args) {
   if (std::string failed = become_subreaper(); !failed.empty()) {
     return reporter.fail(kExitSoftware, "internal", failed + "; nothing was acquired", fields);
   }
-  Acquisition got = connect_and_acquire(backend.uri, settings->key, settings->acquire, *signals);
+  Acquisition got =
+      connect_and_acquire(backend.uri, args.json, settings->key, settings->acquire, *signals);
   const int code =
       supervise_or_report(args, *settings, backend, got, *signals, guardian, reporter, fields);
   // The command has exited and the lease is released (or lost): the metrics count both.

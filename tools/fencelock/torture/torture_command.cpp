@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_choice.h"
+#include "connect_warnings.h"
 #include "core/duration.h"
 #include "duration_option.h"
 #include "exit_codes.h"
@@ -200,7 +201,7 @@ int torture_command(const TortureArgs& args) {
   }
   std::string described;
   {  // The backend must answer before workers start (a clear error instead of silent workers).
-    auto probe = Client::connect(backend.uri);
+    auto probe = connect_with_warnings(backend.uri, args.json);
     if (!probe.ok()) {
       return reporter.fail(exit_code_for(probe.code()), std::string(code_name(probe.code())),
                            explain_connect_failure(probe.status(), backend));

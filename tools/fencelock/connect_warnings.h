@@ -1,0 +1,27 @@
+// Library warnings raised while a command connects (an accepted risk such as
+// allow_stale_leader_revoke=true, an eviction policy that cannot be read, a redlock:// that
+// tolerates no failure) reach the operator on stderr: "fencelock: warning: MESSAGE", or with
+// --json one object {"warning":"backend","message":MESSAGE}. Only while a ConnectWarnings lives:
+// later library messages (a lost lease, which every command reports itself) are not repeated.
+//
+// Thread-safety: one ConnectWarnings at a time per process (it installs the library's log sink).
+#pragma once
+
+#include <string_view>
+
+#include "fencelock/client.h"
+
+namespace fencelock::cli {
+
+class ConnectWarnings {
+ public:
+  explicit ConnectWarnings(bool json);
+  ~ConnectWarnings();
+  ConnectWarnings(const ConnectWarnings&) = delete;
+  ConnectWarnings& operator=(const ConnectWarnings&) = delete;
+};
+
+// Client::connect(uri) with a ConnectWarnings around it.
+Result<Client> connect_with_warnings(std::string_view uri, bool json);
+
+}  // namespace fencelock::cli
