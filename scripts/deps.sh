@@ -24,6 +24,8 @@ PACKAGES=(
   # test certificates for the etcd TLS tests; clock faults of `fencelock torture`; etcd's
   # /metrics for the stream tests and the held benchmark
   openssl faketime curl
+  # quality gates: formatting (scripts/check-format.sh)
+  clang-format
 )
 
 missing_packages() {

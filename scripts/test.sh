@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command for users and CI: installs missing dependencies, builds, runs every test.
 #
-#   scripts/test.sh              build/ and its tests
+#   scripts/test.sh              the format gate (scripts/check-format.sh), build/ and its tests
 #   scripts/test.sh --sanitize   build-asan/ with ASan (leak checks on) and UBSan, aborting on error
 #
 # Tests start their own redis-server processes (tests/support); no scripts/servers.sh needed.
@@ -31,6 +31,8 @@ esac
 [[ $# -le 1 ]] || usage
 
 ./scripts/deps.sh
+# The gates that need no build run first, once (not again for the sanitizer build).
+[[ $build_dir == build ]] && ./scripts/check-format.sh
 ./scripts/build.sh "${build_args[@]}"
 
 log=$build_dir/ctest.log

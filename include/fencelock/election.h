@@ -36,8 +36,8 @@ namespace fencelock {
 
 // The leader of an election as the servers see it.
 struct LeaderInfo {
-  std::string key;     // the leader's etcd key, "NAME/<lease hex>"
-  std::string value;   // what the leader proclaimed (verbatim)
+  std::string key;        // the leader's etcd key, "NAME/<lease hex>"
+  std::string value;      // what the leader proclaimed (verbatim)
   FencingToken token{0};  // create revision of the leader's key: larger for every new term
 };
 

@@ -32,8 +32,7 @@ Result<std::optional<LeaderInfo>> Election::leader() {
 
 Status Election::observe(const std::function<void(const std::optional<LeaderInfo>&)>& on_change,
                          std::stop_token stop) {
-  return detail::ClientAccess::core(client_).backend().elections()->observe(name_, on_change,
-                                                                             stop);
+  return detail::ClientAccess::core(client_).backend().elections()->observe(name_, on_change, stop);
 }
 
 Status Leadership::proclaim(std::string_view value) {

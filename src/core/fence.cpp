@@ -8,8 +8,8 @@
 namespace fencelock {
 
 Status stale_token(FencingToken presented, FencingToken highest) {
-  return Status(Code::kFenced, fmt::format("rejected: stale token {} < {}", presented.value(),
-                                           highest.value()));
+  return Status(Code::kFenced,
+                fmt::format("rejected: stale token {} < {}", presented.value(), highest.value()));
 }
 
 Status FenceGate::admit(FencingToken token) {

@@ -14,12 +14,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <deque>
-#include <fstream>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <system_error>

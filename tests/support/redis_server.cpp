@@ -318,9 +318,7 @@ std::vector<std::string> RedisServer::keys(std::string_view pattern) {
   return {found.begin(), found.end()};
 }
 
-std::string RedisServer::log_tail(int lines) const {
-  return file_tail(log_path(), lines);
-}
+std::string RedisServer::log_tail(int lines) const { return file_tail(log_path(), lines); }
 
 std::unique_ptr<RedisCluster> RedisCluster::start(int n, RedisServerOptions options) {
   if (n < 1) throw std::invalid_argument("RedisCluster::start: n must be at least 1");

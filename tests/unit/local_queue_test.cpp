@@ -13,8 +13,8 @@
 
 #include <gtest/gtest.h>
 
-#include "unit/printers.h"
 #include "support/process.h"
+#include "unit/printers.h"
 
 namespace fencelock::detail {
 namespace {
