@@ -19,7 +19,7 @@ std::vector<std::string> endpoints_of(const std::string& uri) {
   auto parsed = detail::parse_uri(uri, uri.starts_with("etcd") ? 2379 : 6379);
   if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
   std::vector<std::string> out;
-  for (const auto& ep : parsed->endpoints) out.push_back(fmt::format("{}:{}", ep.host, ep.port));
+  for (const auto& ep : parsed->endpoints) out.push_back(detail::endpoint_text(ep));
   return out;
 }
 

@@ -128,6 +128,12 @@ Status parse_query(std::string_view text, ParsedUri& out) {
 
 }  // namespace
 
+std::string endpoint_text(const Endpoint& endpoint) {
+  const bool v6 = endpoint.host.find(':') != std::string::npos;
+  return v6 ? fmt::format("[{}]:{}", endpoint.host, endpoint.port)
+            : fmt::format("{}:{}", endpoint.host, endpoint.port);
+}
+
 Status unknown_scheme(std::string_view scheme) {
   return Status(Code::kInvalidArgument,
                 fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, "
@@ -205,9 +211,7 @@ std::string redact(const ParsedUri& uri) {
   if (!uri.user.empty()) out += uri.user + "@";
   for (std::size_t i = 0; i < uri.endpoints.size(); ++i) {
     if (i > 0) out += ',';
-    const auto& ep = uri.endpoints[i];
-    bool v6 = ep.host.find(':') != std::string::npos;
-    out += v6 ? fmt::format("[{}]:{}", ep.host, ep.port) : fmt::format("{}:{}", ep.host, ep.port);
+    out += endpoint_text(uri.endpoints[i]);
   }
   if (!uri.path.empty()) out += "/" + uri.path;
   return out;

@@ -39,6 +39,9 @@ inline constexpr std::size_t kMaxHosts = 64;
 // kInvalidArgument when the comma-separated `host_list` names more than kMaxHosts hosts.
 Status check_host_count(std::string_view host_list);
 
+// "host:port", or "[v6 host]:port": the one text of an endpoint (messages, gRPC targets).
+std::string endpoint_text(const Endpoint& endpoint);
+
 // kInvalidArgument "unknown backend scheme 'SCHEME://' (use ...)": the one message for it.
 Status unknown_scheme(std::string_view scheme);
 

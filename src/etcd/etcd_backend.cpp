@@ -898,12 +898,6 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   std::map<std::pair<std::int64_t, std::string>, Held> undeleted_;  // GUARDED_BY(mu_)
 };
 
-std::string endpoint_text(const Endpoint& endpoint) {
-  if (endpoint.host.find(':') != std::string::npos)
-    return fmt::format("[{}]:{}", endpoint.host, endpoint.port);
-  return fmt::format("{}:{}", endpoint.host, endpoint.port);
-}
-
 }  // namespace
 }  // namespace etcd
 
@@ -1070,7 +1064,7 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                               "FENCELOCK_ETCD_PASSWORD)");
   }
   std::vector<std::string> endpoints;
-  for (const auto& endpoint : uri.endpoints) endpoints.push_back(etcd::endpoint_text(endpoint));
+  for (const auto& endpoint : uri.endpoints) endpoints.push_back(endpoint_text(endpoint));
   auto connection = std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password,
                                                            *credentials, options);
   if (Status st = connection->connect(); !st.ok()) {

@@ -210,7 +210,7 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
         idle_.pop_back();
         return c;
       }
-      if (Clock::now() < down_until_) return last_error_;
+      if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
       if (open_ < max_) break;
       // Every connection is busy: wait for one (the pool is bounded on purpose).
       if (!returned_.wait_until(lock, deadline, [&] { return !idle_.empty() || open_ < max_; })) {
@@ -223,19 +223,13 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
   auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
   std::lock_guard lock(mu_);
   if (opened.ok()) {
-    backoff_ = milliseconds(0);
-    down_until_ = {};
+    backoff_.connected();
     reconnects_.connected();
     return opened;
   }
   open_--;
   returned_.notify_one();
-  if (opened.code() == Code::kUnavailable) {
-    reconnects_.failed();
-    backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
-    down_until_ = Clock::now() + backoff_;
-    last_error_ = opened.status();
-  }
+  if (backoff_.failed(opened.status(), Clock::now())) reconnects_.failed();
   return opened;
 }
 

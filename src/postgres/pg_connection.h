@@ -80,11 +80,9 @@ class PgPool {
   ReconnectCounter reconnects_;
   std::mutex mu_;
   std::condition_variable returned_;
-  std::vector<ConnPtr> idle_;       // GUARDED_BY(mu_)
-  std::size_t open_ = 0;            // GUARDED_BY(mu_): idle + checked out + being opened
-  Clock::time_point down_until_{};  // GUARDED_BY(mu_)
-  milliseconds backoff_{0};         // GUARDED_BY(mu_)
-  Status last_error_;               // GUARDED_BY(mu_)
+  std::vector<ConnPtr> idle_;  // GUARDED_BY(mu_)
+  std::size_t open_ = 0;       // GUARDED_BY(mu_): idle + checked out + being opened
+  ReconnectBackoff backoff_;   // GUARDED_BY(mu_)
 };
 
 // Runs a statement on a pooled connection (checkout, execute, checkin).

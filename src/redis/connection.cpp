@@ -21,11 +21,6 @@ timeval to_timeval(milliseconds d) {
                  static_cast<suseconds_t>((d.count() % 1000) * 1000)};
 }
 
-std::string endpoint_text(const Endpoint& ep) {
-  bool v6 = ep.host.find(':') != std::string::npos;
-  return v6 ? fmt::format("[{}]:{}", ep.host, ep.port) : fmt::format("{}:{}", ep.host, ep.port);
-}
-
 // Runs one command synchronously on a fresh context (connection setup only).
 Status setup_command(redisContext* c, const std::vector<std::string>& args,
                      std::string_view where) {
@@ -192,23 +187,16 @@ Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
       idle_.pop_back();
       return c;
     }
-    if (Clock::now() < down_until_) return last_error_;
+    if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
   }
   auto opened = open_context(spec_, deadline);
   std::lock_guard lock(mu_);
   if (opened.ok()) {
-    backoff_ = milliseconds(0);
-    down_until_ = {};
+    backoff_.connected();
     reconnects_.connected();
     return opened;
   }
-  Code code = opened.code();
-  if (code == Code::kUnavailable || code == Code::kDeadlineExceeded) {
-    reconnects_.failed();
-    backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
-    down_until_ = Clock::now() + backoff_;
-    last_error_ = opened.status();
-  }
+  if (backoff_.failed(opened.status(), Clock::now())) reconnects_.failed();
   return opened;
 }
 
@@ -222,7 +210,7 @@ std::optional<ContextPtr> Instance::checkout_idle() {
 
 void Instance::connect_in_background() {
   std::lock_guard lock(mu_);
-  if (connecting_ || Clock::now() < down_until_) return;
+  if (connecting_ || !backoff_.refusal(Clock::now()).ok()) return;
   connecting_ = true;
   if (connector_.joinable()) connector_.join();  // the previous one has finished
   connector_ = std::jthread([this] {
@@ -230,18 +218,12 @@ void Instance::connect_in_background() {
     std::lock_guard done(mu_);
     connecting_ = false;
     if (opened.ok()) {
-      backoff_ = milliseconds(0);
-      down_until_ = {};
+      backoff_.connected();
       reconnects_.connected();
       idle_.push_back(std::move(*opened));
       return;
     }
-    if (opened.code() == Code::kUnavailable || opened.code() == Code::kDeadlineExceeded) {
-      reconnects_.failed();
-      backoff_ = std::clamp(backoff_ * 2, milliseconds(25), milliseconds(1000));
-      down_until_ = Clock::now() + backoff_;
-      last_error_ = opened.status();
-    }
+    if (backoff_.failed(opened.status(), Clock::now())) reconnects_.failed();
   });
 }
 

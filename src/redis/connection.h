@@ -102,11 +102,9 @@ class Instance {
   ConnectSpec spec_;
   ReconnectCounter reconnects_;
   std::mutex mu_;
-  std::vector<ContextPtr> idle_;    // GUARDED_BY(mu_)
-  Clock::time_point down_until_{};  // GUARDED_BY(mu_)
-  milliseconds backoff_{0};         // GUARDED_BY(mu_)
-  Status last_error_;               // GUARDED_BY(mu_)
-  bool connecting_ = false;         // GUARDED_BY(mu_): a background connect is running
+  std::vector<ContextPtr> idle_;  // GUARDED_BY(mu_)
+  ReconnectBackoff backoff_;      // GUARDED_BY(mu_)
+  bool connecting_ = false;       // GUARDED_BY(mu_): a background connect is running
   // Last member: destroyed (joined) first, while everything it uses still exists.
   std::jthread connector_;  // GUARDED_BY(mu_)
 };

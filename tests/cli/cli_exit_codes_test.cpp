@@ -195,6 +195,26 @@ TEST_F(CliExitCodes, ARedlockThatToleratesNoFailureIsWarnedAboutOnce) {
   EXPECT_THAT(json.stderr_text, HasSubstr("\"warning\":\"backend\""));
 }
 
+// Every subcommand that runs for a while takes --duration DUR (bench took --seconds INT, which
+// stays as a hidden alias).
+TEST_F(CliExitCodes, BenchTakesDurationAndStillTheOldSeconds) {
+  for (const std::vector<std::string>& length :
+       {std::vector<std::string>{"--duration", "1s"}, std::vector<std::string>{"--seconds", "1"}}) {
+    std::vector<std::string> args = {"bench",  "--backend",  server_->uri(),
+                                     "--json", "--scenario", "uncontended"};
+    args.insert(args.end(), length.begin(), length.end());
+    auto r = run_cli(args, {}, std::chrono::minutes(1));
+    EXPECT_EQ(r.exit_code, 0) << length[0] << ": " << r.stderr_text;
+    EXPECT_THAT(r.stdout_text, HasSubstr("\"scenario\":\"uncontended\"")) << r.stdout_text;
+  }
+  auto zero = run_cli({"bench", "--backend", server_->uri(), "--duration", "0"});
+  EXPECT_EQ(zero.exit_code, 64) << zero.stderr_text;
+  EXPECT_THAT(zero.stderr_text, HasSubstr("--duration"));
+  auto help = run_cli({"bench", "--help"});
+  EXPECT_THAT(help.stdout_text, HasSubstr("--duration"));
+  EXPECT_THAT(help.stdout_text, Not(HasSubstr("--seconds")));
+}
+
 TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
   auto no_command = run_cli({"run", "--backend", server_->uri(), "k"});
   EXPECT_EQ(no_command.exit_code, 64);

@@ -68,6 +68,17 @@ std::vector<std::string> held_lock_keys(RedisServer& server) {
   return held;
 }
 
+std::string without_warnings(const std::string& stderr_text) {
+  std::istringstream in(stderr_text);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("fencelock: warning: ") || line.find("\"warning\":") != std::string::npos)
+      continue;
+    out += line + "\n";
+  }
+  return out;
+}
+
 bool is_one_error_line(const std::string& text) {
   return text.starts_with("fencelock: ") && std::count(text.begin(), text.end(), '\n') == 1 &&
          text.ends_with("\n");

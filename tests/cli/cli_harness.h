@@ -44,4 +44,8 @@ std::vector<std::string> held_lock_keys(RedisServer& server);
 // True if `text` has exactly one line (one '\n', at the end) and starts with "fencelock: ".
 bool is_one_error_line(const std::string& text);
 
+// `stderr_text` without the warning lines of connecting ("fencelock: warning: ...", or JSON
+// objects with "warning"): e.g. the one that Debian's etcd draws with allow_stale_leader_revoke.
+std::string without_warnings(const std::string& stderr_text);
+
 }  // namespace fencelock::testing

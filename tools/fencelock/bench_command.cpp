@@ -77,8 +77,14 @@ int bench_command(const BenchArgs& args) {
   for (const Status& st : {critical.status(), ttl.status(), lockers.status(), leases.status()}) {
     if (!st.ok()) return reporter.fail(kExitUsage, "usage", st.message());
   }
-  if (args.seconds < 1 || args.workers < 1) {
-    return reporter.fail(kExitUsage, "usage", "--seconds and --workers must be at least 1");
+  // --duration DUR, as every subcommand that runs for a while takes it; --seconds INT is kept.
+  auto length = args.seconds != 0
+                    ? Result<std::chrono::milliseconds>(std::chrono::seconds(args.seconds))
+                    : parse_duration_option("--duration", args.duration);
+  if (!length.ok()) return reporter.fail(kExitUsage, "usage", length.status().message());
+  if (*length < std::chrono::seconds(1) || args.workers < 1) {
+    return reporter.fail(kExitUsage, "usage",
+                         "--duration must be at least 1s and --workers at least 1");
   }
   BackendChoice backend = choose_backend(args.backend, args.json);
   auto probe = connect_with_warnings(backend.uri, args.json);
@@ -90,7 +96,7 @@ int bench_command(const BenchArgs& args) {
   const nlohmann::json machine = {{"cores", std::thread::hardware_concurrency()},
                                   {"version", FENCELOCK_VERSION}};
   std::vector<nlohmann::json> results;
-  const std::chrono::seconds duration(args.seconds);
+  const std::chrono::milliseconds duration = *length;
   Progress progress("bench", true);  // stderr: never mixed with the JSON lines on stdout
   // The scenarios print human rows on stdout; with --json stdout carries only the JSON lines,
   // so the rows go to stderr meanwhile.

@@ -8,7 +8,7 @@
 //   contended    --workers Clients, one key, --critical section; grants/s, wait p50/p99/max,
 //                Jain fairness
 //   throughput   --lockers C (a list: 1,4,16,64,256) threads on distinct keys; cycles/s per C
-//   held         hold --leases N (a list) with renewal for --seconds; renewal rounds/s, server
+//   held         hold --leases N (a list) with renewal for --duration; renewal rounds/s, server
 //                commands/s (Redis), client CPU, bytes per lease
 //
 // Each result is one line on stdout (--json: one JSON object per line, with the machine's cores
@@ -23,7 +23,8 @@ struct BenchArgs {
   std::string backend;
   std::string scenario = "uncontended";
   bool json = false;
-  int seconds = 5;
+  std::string duration = "5s";  // --duration DUR: length of each measurement
+  int seconds = 0;              // --seconds INT: the old spelling, a hidden alias (0: not given)
   int workers = 8;
   std::string critical = "1ms";
   std::string lockers = "1,4,16,64,256";

@@ -250,7 +250,13 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
       ->add_option("--scenario", args.scenario,
                    "uncontended, baseline, contended, throughput, held")
       ->capture_default_str();
-  bench->add_option("--seconds", args.seconds, "Length of each measurement")->capture_default_str();
+  bench->add_option("--duration", args.duration, "Length of each measurement")
+      ->type_name("DUR")
+      ->capture_default_str();
+  // The old spelling, kept working but not shown (group "" hides an option from --help).
+  bench->add_option("--seconds", args.seconds, "Length of each measurement in seconds")
+      ->group("")
+      ->excludes("--duration");
   bench->add_option("--workers", args.workers, "contended: Clients on one key")
       ->capture_default_str();
   bench->add_option("--critical", args.critical, "contended: critical section")
