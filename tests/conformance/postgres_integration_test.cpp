@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -12,10 +13,13 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fencelock/client.h"
 #include "fencelock/log.h"
 #include "fencelock/migrate.h"
+#include "support/etcd_cluster.h"  // make_test_certificates()
 #include "support/postgres_server.h"
 
 namespace fencelock::testing {
@@ -38,6 +42,56 @@ class PostgresLease : public ::testing::Test {
   std::string uri() const { return server_->uri() + "?mode=lease"; }
   std::unique_ptr<PostgresServer> server_;
 };
+
+// PostgreSQL over TLS: a server with ssl=on and a CA made by the test; the Client connects with
+// sslmode=verify-full (certificate chain and host name checked by libpq) and its sessions are
+// encrypted; a client that trusts another CA is refused with a clear error, as is verify-full
+// against a server without TLS.
+TEST(PostgresTls, VerifyFullConnectsWithTheRightCaAndRefusesAWrongOne) {
+  auto server = PostgresServer::start();
+  const std::string certs = make_temp_dir("fencelock-pg-tls-");
+  const EtcdTls tls = make_test_certificates(certs);
+  const std::string other_certs = make_temp_dir("fencelock-pg-tls-other-");
+  const EtcdTls other = make_test_certificates(other_certs);
+  const std::string plain_uri = server->uri() + "?sslmode=verify-full&sslrootcert=" + tls.ca;
+  auto before = Client::connect(plain_uri);
+  EXPECT_FALSE(before.ok()) << "verify-full against a server without TLS was accepted";
+
+  // The server reads its key and certificate as its own OS user, the key private to it.
+  struct stat data {};
+  ASSERT_EQ(::stat(server->data_directory().c_str(), &data), 0);
+  for (const auto& [from, to] : {std::pair{tls.server_cert, std::string("/server.crt")},
+                                 std::pair{tls.server_key, std::string("/server.key")}}) {
+    const std::string target = server->data_directory() + to;
+    std::filesystem::copy_file(from, target);
+    ASSERT_EQ(::chown(target.c_str(), data.st_uid, data.st_gid), 0) << target;
+    ASSERT_EQ(::chmod(target.c_str(), 0600), 0) << target;
+  }
+  server->sql("ALTER SYSTEM SET ssl = on");
+  server->sql("SELECT pg_reload_conf()");
+  ASSERT_TRUE(eventually([&] { return server->sql("SHOW ssl") == "on"; }, 10s));
+
+  for (const std::string mode : {"advisory", "lease"}) {
+    auto client = Client::connect(plain_uri + "&mode=" + mode);
+    ASSERT_TRUE(client.ok()) << mode << ": " << client.status().to_string();
+    auto lease = client->acquire(key("tls-" + mode), {.ttl = 5s});
+    ASSERT_TRUE(lease.ok()) << mode << ": " << lease.status().to_string();
+    EXPECT_EQ(server->sql("SELECT count(*) FILTER (WHERE NOT s.ssl) || ' of ' || count(*) FROM "
+                          "pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.usename = "
+                          "'fencelock'"),
+              server->sql("SELECT '0 of ' || count(*) FROM pg_stat_activity WHERE usename = "
+                          "'fencelock'"))
+        << mode << ": a session of the Client is not encrypted";
+    EXPECT_TRUE(lease->release().ok());
+  }
+  auto wrong_ca = Client::connect(server->uri() + "?sslmode=verify-full&sslrootcert=" + other.ca);
+  ASSERT_FALSE(wrong_ca.ok()) << "a certificate from another CA was accepted";
+  EXPECT_NE(wrong_ca.status().message().find("certificate"), std::string::npos)
+      << wrong_ca.status().to_string();
+  EXPECT_EQ(wrong_ca.status().message().find(server->options().password), std::string::npos);
+  remove_tree(certs);
+  remove_tree(other_certs);
+}
 
 // A token is handed out only once the commit that drew it is durable. The server runs as many
 // are configured, with synchronous_commit = off (and a WAL writer that flushes only every 10 s):
