@@ -1,10 +1,12 @@
 // fencelock/client.h: the entry point. One Client per backend cluster per process.
 //
-//   auto client =
-//   fencelock::Client::connect("redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"); if
-//   (!client) { std::cerr << client.status().to_string() << "\n"; return 69; } auto key =
-//   fencelock::LockKey::make("reports/nightly"); auto lease = client->acquire(*key, {.ttl = 10s,
-//   .wait = 30s}); if (lease) write_with_fence(lease->token());
+// clang-format off
+//   auto client = fencelock::Client::connect("redlock://10.0.0.1,10.0.0.2,10.0.0.3");
+//   if (!client) { std::cerr << client.status().to_string() << "\n"; return 69; }
+//   auto key = fencelock::LockKey::make("reports/nightly");
+//   auto lease = client->acquire(*key, {.ttl = 10s, .wait = 30s});
+//   if (lease) write_with_fence(lease->token());
+// clang-format on
 //
 // Backends are chosen by URI (redis://, redlock://, postgres://, etcd://, memory://; see
 // docs/PROTOCOLS.md).

@@ -99,9 +99,8 @@ class RedisFence {
   // Returns {1, value or nil} when admitted, {0, highest} when stale.
   static std::string_view read_script();
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit RedisFence(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };

@@ -68,7 +68,9 @@ class FencingToken {
 struct HolderInfo {
   std::string key;
   std::string owner_prefix;  // OwnerId::short_hex() of the holder
-  FencingToken token{0};     // 0 when the backend cannot tell
+  // nullopt when the backend cannot tell (a foreign Redlock client's lock, a psql session's
+  // advisory lock); a token, when there is one, is never 0.
+  std::optional<FencingToken> token;
   std::chrono::milliseconds ttl_remaining{0};
   std::string metadata;  // holder metadata as JSON text, e.g. {"host":"a","pid":7}; may be empty
 };

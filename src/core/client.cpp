@@ -50,6 +50,7 @@ static void ignore_sigpipe_once() {
 
 // Durations enter deadlines: each must lie in [0, kMaxDuration] (fencelock/options.h).
 static Status validate(const ClientOptions& options) {
+  using std::chrono::milliseconds;
   const std::pair<const char*, milliseconds> durations[] = {
       {"connect_timeout", options.connect_timeout},
       {"io_timeout", options.io_timeout},

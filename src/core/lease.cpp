@@ -20,8 +20,8 @@ Lease::~Lease() {
   auto core =
       std::move(state_->core);  // a renewal thread may hold the state: never let it own the core
   if (core && !state_->released.exchange(true)) {
-    milliseconds budget = core->options().release_timeout;
-    if (budget > milliseconds(0)) {
+    std::chrono::milliseconds budget = core->options().release_timeout;
+    if (budget > std::chrono::milliseconds(0)) {
       (void)core->release(*state_, detail::Clock::now() + budget);
     } else {
       core->renewer().remove(state_.get());

@@ -126,7 +126,7 @@ class AdvisoryBackend final : public Backend {
                            {"client", PQgetvalue(res, 0, 2)},
                            {"advisory_key", advisory_key(key.str())}};
     return std::optional<HolderInfo>(
-        HolderInfo{key.str(), "", FencingToken(0), milliseconds(0),
+        HolderInfo{key.str(), "", std::nullopt, milliseconds(0),
                    meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
   }
 

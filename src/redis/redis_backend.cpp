@@ -484,8 +484,10 @@ class RedlockBackend final : public Backend {
       }
       for (auto& [owner, s] : owners) {
         if (!has_quorum(s.count, n())) continue;
-        out.push_back(HolderInfo{names[k], owner.substr(0, 8), FencingToken(s.token),
-                                 milliseconds(std::max<long long>(s.pttl, 0)), s.meta});
+        out.push_back(HolderInfo{
+            names[k], owner.substr(0, 8),
+            s.token == 0 ? std::nullopt : std::optional<FencingToken>(FencingToken(s.token)),
+            milliseconds(std::max<long long>(s.pttl, 0)), s.meta});
       }
     }
     return out;

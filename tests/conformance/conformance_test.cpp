@@ -80,7 +80,8 @@ TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
   EXPECT_EQ(client.acquire(k, {.ttl = 5s, .wait = -1ms}).code(), Code::kInvalidArgument);
   // A TTL above what every backend can represent: refused, not wrapped.
   EXPECT_EQ(client.acquire(k, {.ttl = kMaxDuration + 1ms}).code(), Code::kInvalidArgument);
-  EXPECT_EQ(client.acquire(k, {.ttl = milliseconds::max()}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.acquire(k, {.ttl = std::chrono::milliseconds::max()}).code(),
+            Code::kInvalidArgument);
   auto holder = client.inspect(k);
   ASSERT_TRUE(holder.ok()) << holder.status().to_string();
   EXPECT_FALSE(holder->has_value());
@@ -88,7 +89,8 @@ TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
 
 // The cap itself works on every backend: a 596 h TTL is granted with a validity that far ahead,
 // and a 596 h wait fits PostgreSQL's lock_timeout (597 h overflowed it). A longer wait, up to
-// milliseconds::max(), saturates its deadline (it gave up at once when the sum wrapped).
+// std::chrono::milliseconds::max(), saturates its deadline (it gave up at once when the sum
+// wrapped).
 TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
   Client client = this->connect();
   auto k = this->key("longest");
@@ -100,7 +102,7 @@ TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
   auto waited = client.acquire(k, {.ttl = 5s, .wait = kMaxDuration});
   ASSERT_TRUE(waited.ok()) << waited.status().to_string();
   ASSERT_TRUE(waited->release().ok());
-  auto forever = client.acquire(k, {.ttl = 5s, .wait = milliseconds::max()});
+  auto forever = client.acquire(k, {.ttl = 5s, .wait = std::chrono::milliseconds::max()});
   ASSERT_TRUE(forever.ok()) << forever.status().to_string();
 }
 

@@ -27,6 +27,8 @@
 namespace fencelock {
 namespace {
 
+using std::chrono::milliseconds;
+
 using namespace std::chrono_literals;
 using detail::Clock;
 

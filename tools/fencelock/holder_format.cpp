@@ -30,7 +30,7 @@ std::string metadata_field(const nlohmann::json& meta, const std::string& name) 
 }
 
 std::string token_text(const HolderInfo& holder) {
-  return holder.token.value() == 0 ? "unknown" : fmt::format("{}", holder.token.value());
+  return holder.token ? fmt::format("{}", holder.token->value()) : "unknown";
 }
 
 // "host=a pid=7 program=x": the metadata object flattened for a human.
@@ -54,7 +54,7 @@ nlohmann::json holder_json(const HolderInfo& holder) {
                         {"token", nullptr},
                         {"ttl_ms", holder.ttl_remaining.count()},
                         {"holder", parsed_metadata(holder.metadata)}};
-  if (holder.token.value() != 0) out["token"] = holder.token.value();
+  if (holder.token) out["token"] = holder.token->value();
   return out;
 }
 

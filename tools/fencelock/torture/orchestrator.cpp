@@ -301,7 +301,9 @@ class Orchestrator {
     for (auto until = Clock::now() + settings_.ttl + milliseconds(1000);;) {
       auto seen = client->inspect(key);
       if (!seen.ok() || !seen->has_value()) return "";
-      const std::uint64_t token = (*seen)->token.value();
+      // A holder without a token (a foreign client's) is none of the workers' grants.
+      if (!(*seen)->token) return "";
+      const std::uint64_t token = (*seen)->token->value();
       if (std::none_of(grants.begin(), grants.end(),
                        [&](const GrantRecord& g) { return g.token == token; })) {
         return "";
@@ -309,7 +311,7 @@ class Orchestrator {
       holder =
           fmt::format("'{}' still held by {} (token {}) after every worker exited", settings_.key,
                       (*seen)->owner_prefix.empty() ? "another session" : (*seen)->owner_prefix,
-                      (*seen)->token.value());
+                      token);
       if (Clock::now() >= until) return holder;
       std::this_thread::sleep_for(milliseconds(50));
     }
