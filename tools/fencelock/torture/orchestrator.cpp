@@ -308,10 +308,9 @@ class Orchestrator {
                        [&](const GrantRecord& g) { return g.token == token; })) {
         return "";
       }
-      holder =
-          fmt::format("'{}' still held by {} (token {}) after every worker exited", settings_.key,
-                      (*seen)->owner_prefix.empty() ? "another session" : (*seen)->owner_prefix,
-                      token);
+      holder = fmt::format(
+          "'{}' still held by {} (token {}) after every worker exited", settings_.key,
+          (*seen)->owner_prefix.empty() ? "another session" : (*seen)->owner_prefix, token);
       if (Clock::now() >= until) return holder;
       std::this_thread::sleep_for(milliseconds(50));
     }
