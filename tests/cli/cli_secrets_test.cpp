@@ -90,6 +90,18 @@ class CliSecrets : public ::testing::Test {
     }
   }
 
+  // `run` on a backend URI that must fail (wrong password, unreachable, malformed), in both
+  // output formats.
+  static void failing_runs(const std::string& bad, Channels& out) {
+    for (bool json : {false, true}) {
+      std::vector<std::string> args = {"run", "--backend", bad, "secrets/k", "--", "true"};
+      if (json) args.insert(args.begin() + 1, "--json");
+      RunResult r = run_cli(args);
+      EXPECT_NE(r.exit_code, 0) << bad;
+      out.add("failing run " + std::to_string(r.exit_code), r);
+    }
+  }
+
   void torture(const std::string& label, const std::string& uri, Channels& out,
                std::vector<std::string> env = {}) {
     const std::string work = fmt::format("{}/{}-torture", dir_, label);
@@ -130,13 +142,7 @@ TEST_F(CliSecrets, ARedisPasswordAppearsInNoOutputChannel) {
   const std::string unreachable = fmt::format("redis://:{}@127.0.0.1:1", kRedisPassword);
   const std::string malformed = fmt::format("redis://:{}@127.0.0.1:notaport", kRedisPassword);
   for (const auto& bad : {wrong, unreachable, malformed}) {
-    for (bool json : {false, true}) {
-      std::vector<std::string> args = {"run", "--backend", bad, "secrets/k", "--", "true"};
-      if (json) args.insert(args.begin() + 1, "--json");
-      RunResult r = run_cli(args);
-      EXPECT_NE(r.exit_code, 0) << bad;
-      out.add("failing run " + std::to_string(r.exit_code), r);
-    }
+    failing_runs(bad, out);
     out.add("failing torture", run_cli({"torture", "--backend", bad, "--duration", "1s"}));
   }
   expect_nowhere(out, {kRedisPassword, kWrongPassword});
@@ -162,15 +168,7 @@ TEST_F(CliSecrets, APostgresPasswordWithUriDelimitersAppearsInNoOutputChannel) {
       fmt::format("postgres://fencelock:{}@127.0.0.1:1/fencelock", kPostgresPassword);
   const std::string malformed = fmt::format("postgres://fencelock:{}%@127.0.0.1:{}/fencelock",
                                             kPostgresPassword, server->port());
-  for (const auto& bad : {wrong, unreachable, malformed}) {
-    for (bool json : {false, true}) {
-      std::vector<std::string> args = {"run", "--backend", bad, "secrets/k", "--", "true"};
-      if (json) args.insert(args.begin() + 1, "--json");
-      RunResult r = run_cli(args);
-      EXPECT_NE(r.exit_code, 0) << bad;
-      out.add("failing run " + std::to_string(r.exit_code), r);
-    }
-  }
+  for (const auto& bad : {wrong, unreachable, malformed}) failing_runs(bad, out);
   // Pieces libpq used to quote ("could not translate host name "cret@127.0.0.1"").
   expect_nowhere(out, {kPostgresPassword, kWrongPassword, "5e2/b", "b@secret"});
 }
