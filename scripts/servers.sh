@@ -313,6 +313,9 @@ postgres_failover() {
   postmaster=$(postgres_pid)
   kill -KILL "$postmaster"
   pkill -KILL -P "$postmaster" || true
+  # The stopped senders by pid too: once the postmaster is gone they belong to init, and
+  # `pkill -P` no longer finds them (each run leaked one stopped sender before).
+  for pid in $senders; do kill -KILL "$pid" 2>/dev/null || true; done
   wait_until 50 process_gone "$postmaster" || die "the primary's postmaster survived SIGKILL"
   touch "$PG_FAILED_OVER"
   postgres_as_owner "$PG_BIN/pg_ctl" -D "$PG_STANDBY_DATA" -w -t 30 promote >/dev/null ||
