@@ -12,7 +12,6 @@
 #include <deque>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
 #include "postgres/postgres_uri.h"
@@ -177,10 +177,10 @@ Lateness measure_lost_lateness(Client& client, int leases, std::chrono::millisec
   struct Probe {
     Clock::time_point valid_until;
     Clock::time_point granted_at;               // when acquire() returned
-    std::optional<Clock::time_point> fired_at;  // GUARDED_BY(mu)
+    std::optional<Clock::time_point> fired_at;  // guarded by `mu` below (a local: not annotated)
   };
-  std::mutex mu;
-  std::condition_variable fired;
+  fencelock::detail::Mutex mu;
+  std::condition_variable_any fired;
   std::deque<Probe> probes;  // stable addresses for the callbacks; outlives `held`
   std::vector<Lease> held;
   const auto start = Clock::now();
@@ -192,17 +192,17 @@ Lateness measure_lost_lateness(Client& client, int leases, std::chrono::millisec
     if (!lease.ok()) throw std::runtime_error("held: probe lease: " + lease.status().to_string());
     Probe* probe = nullptr;
     {
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       probe = &probes.emplace_back(Probe{lease->valid_until(), granted_at, std::nullopt});
     }
     lease->on_lost([&mu, &fired, probe] {
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       probe->fired_at = Clock::now();
       fired.notify_all();
     });
     held.push_back(std::move(*lease));
   }
-  std::unique_lock lock(mu);
+  fencelock::detail::MutexLock lock(mu);
   const auto bound =
       probes.empty() ? Clock::now() : probes.back().valid_until + std::chrono::seconds(1);
   fired.wait_until(lock, bound, [&] {

@@ -3,13 +3,13 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "etcd_baseline.h"
 #include "fencelock/client.h"
 #include "postgres/postgres_uri.h"
@@ -127,7 +127,7 @@ nlohmann::json run_contended(const ContendedConfig& config) {
   std::vector<Client> clients;
   for (int i = 0; i < config.workers; ++i) clients.push_back(connect(config.uri));
   auto key = *LockKey::make("bench/contended");
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<double> waits;
   std::vector<double> handoffs;  // a release call to the next grant, when a waiter was queued
   std::vector<double> grants(static_cast<std::size_t>(config.workers));
@@ -159,7 +159,7 @@ nlohmann::json run_contended(const ContendedConfig& config) {
         (void)lease->release();
         grants[static_cast<std::size_t>(w)]++;
       }
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       waits.insert(waits.end(), mine.begin(), mine.end());
       handoffs.insert(handoffs.end(), my_handoffs.begin(), my_handoffs.end());
     });

@@ -4,6 +4,10 @@ add_library(fencelock_options INTERFACE)
 # their defaults ({.ttl = 5s}), which is how the option aggregates are meant to be used.
 target_compile_options(fencelock_options INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
                        -Wno-missing-field-initializers)
+# Clang checks the lock annotations of core/thread_annotations.h (GUARDED_BY, REQUIRES, ...).
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  target_compile_options(fencelock_options INTERFACE -Wthread-safety)
+endif()
 if(FENCELOCK_WERROR)
   target_compile_options(fencelock_options INTERFACE -Werror)
 endif()
@@ -11,4 +15,11 @@ if(FENCELOCK_SANITIZE)
   target_compile_options(fencelock_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
                          -fno-sanitize-recover=undefined)
   target_link_options(fencelock_options INTERFACE -fsanitize=address,undefined)
+endif()
+if(FENCELOCK_TSAN)
+  if(FENCELOCK_SANITIZE)
+    message(FATAL_ERROR "FENCELOCK_TSAN and FENCELOCK_SANITIZE cannot be combined")
+  endif()
+  target_compile_options(fencelock_options INTERFACE -fsanitize=thread -fno-omit-frame-pointer)
+  target_link_options(fencelock_options INTERFACE -fsanitize=thread)
 endif()

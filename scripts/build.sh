@@ -3,6 +3,8 @@
 #
 #   scripts/build.sh              -> build/       (RelWithDebInfo, everything)
 #   scripts/build.sh --sanitize   -> build-asan/  (Debug, AddressSanitizer + UBSan, no benchmarks)
+#   scripts/build.sh --tsan       -> build-tsan/  (clang 14, ThreadSanitizer, -Wthread-safety, no
+#                                                  benchmarks)
 #
 # FENCELOCK_JOBS sets the build parallelism (default 2).
 set -euo pipefail
@@ -10,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-  echo "usage: $0 [--sanitize]" >&2
+  echo "usage: $0 [--sanitize | --tsan]" >&2
   exit 2
 }
 
@@ -21,6 +23,12 @@ case ${1:-} in
   --sanitize)
     build_dir=build-asan
     cmake_args+=(-DFENCELOCK_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DFENCELOCK_BUILD_BENCH=OFF)
+    ;;
+  --tsan)
+    # clang for both TSan and the thread-safety analysis (-Wthread-safety, errors under WERROR).
+    build_dir=build-tsan
+    cmake_args+=(-DFENCELOCK_TSAN=ON -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo
+                 -DFENCELOCK_BUILD_BENCH=OFF)
     ;;
   *) usage ;;
 esac
@@ -33,4 +41,10 @@ if [[ -f $build_dir/CMakeCache.txt ]] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ni
 fi
 
 cmake -S . -B "$build_dir" "${cmake_args[@]}"
-cmake --build "$build_dir" -j "${FENCELOCK_JOBS:-2}"
+if [[ $build_dir == build-tsan ]]; then
+  # What the TSan run needs, and every annotated file (library, CLI, torture tester, bench
+  # scenarios) for the thread-safety analysis; the CLI and torture test programs are left out.
+  cmake --build "$build_dir" -j "${FENCELOCK_JOBS:-2}" --target fencelock_cli unit_and_contract_tests
+else
+  cmake --build "$build_dir" -j "${FENCELOCK_JOBS:-2}"
+fi

@@ -24,8 +24,10 @@ PACKAGES=(
   # test certificates for the etcd TLS tests; clock faults of `fencelock torture`; etcd's
   # /metrics for the stream tests and the held benchmark
   openssl faketime curl
-  # quality gates: formatting (scripts/check-format.sh)
-  clang-format
+  # quality gates: formatting (scripts/check-format.sh); clang 14 for ThreadSanitizer and the
+  # thread-safety analysis (scripts/test.sh --tsan) and libFuzzer (scripts/fuzz.sh; the
+  # runtime is in libclang-rt-14-dev), clang-tidy
+  clang-format clang-14 libclang-rt-14-dev clang-tidy
 )
 
 missing_packages() {

@@ -3,6 +3,9 @@
 #
 #   scripts/test.sh              the format gate (scripts/check-format.sh), build/ and its tests
 #   scripts/test.sh --sanitize   build-asan/ with ASan (leak checks on) and UBSan, aborting on error
+#   scripts/test.sh --tsan       build-tsan/ (clang: ThreadSanitizer and -Wthread-safety -Werror over
+#                                every target), then the unit tests and the conformance suite on
+#                                every backend under TSan; suppressions in tests/tsan.supp
 #
 # Tests start their own redis-server processes (tests/support); no scripts/servers.sh needed.
 # FENCELOCK_JOBS sets the build and test parallelism (default 2). Exits non-zero on any failure.
@@ -11,12 +14,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-  echo "usage: $0 [--sanitize]" >&2
+  echo "usage: $0 [--sanitize | --tsan]" >&2
   exit 2
 }
 
 build_args=()
 build_dir=build
+ctest_args=()
 case ${1:-} in
   "") ;;
   --sanitize)
@@ -25,6 +29,13 @@ case ${1:-} in
     # verify_asan_link_order=0: torture workers run under LD_PRELOAD=libfaketime (clock faults).
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    ;;
+  --tsan)
+    build_args=(--tsan)
+    build_dir=build-tsan
+    ctest_args=(-L 'unit|contract')
+    # exitcode=66 (TSan's default) fails the test; second_deadlock_stack for lock-order reports.
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
     ;;
   *) usage ;;
 esac
@@ -38,7 +49,7 @@ esac
 log=$build_dir/ctest.log
 status=0
 ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "${FENCELOCK_JOBS:-2}" \
-  --timeout 300 2>&1 | tee "$log" || status=$?
+  --timeout 300 "${ctest_args[@]}" 2>&1 | tee "$log" || status=$?
 
 # Failure output can be long: repeat ctest's verdict as the last lines.
 echo

@@ -8,7 +8,7 @@
 //
 //   auto lease = client.acquire(key, {.ttl = 10s});
 //   fencelock::RedisFence fence = *fencelock::RedisFence::connect("redis://127.0.0.1:6379");
-//   Status wrote = fence.set("reports/latest", report, lease->token());
+//   Status wrote = fence.set(fencelock::ResourceKey("reports/latest"), report, lease->token());
 //   if (wrote.code() == fencelock::Code::kFenced) { /* a newer holder wrote: stop */ }
 //
 // Guards, and what each protects (docs/PROTOCOLS.md, "Fences"):
@@ -19,13 +19,17 @@
 //   is a fenced read that admits its token the same way. Read-modify-write is protected only
 //   when the read is get(key, token): with an unfenced read (peek()) two holders can both read
 //   10 and both write 11. Any backend's tokens; one key must be fenced by one lock's tokens.
-// - PostgresFence: fencelock_fence(resource, token), called inside the user's transaction before
+// - PostgresFence (fencelock/postgres_fence.h, which includes libpq): fencelock_fence(resource,
+// token), called inside the user's transaction before
 //   its reads and writes: raises SQLSTATE FL001 (the transaction aborts) for a stale token, and
 //   otherwise holds the fence row until commit, so the check, the reads after it and the write
 //   commit together (read-modify-write protected). Refused outside a transaction.
 // - etcd_fenced_put(): a Txn that writes only while the lease's own lock key still exists with
 //   its create revision (the token): is-still-holder, checked by etcd itself. A write succeeds
 //   only while no later holder can exist, so a read-modify-write whose write is fenced is safe.
+//
+// A guarded resource is named by a ResourceKey, not a string, so that a key and a value cannot be
+// swapped in a call (set(value, key, token) does not compile).
 //
 // Tokens are canonical unsigned 64-bit integers everywhere and compare exactly over the whole
 // range (no floating point).
@@ -37,7 +41,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,16 +50,31 @@
 #include "fencelock/status.h"
 #include "fencelock/types.h"
 
-struct pg_conn;  // libpq's PGconn
-
 namespace fencelock {
 
 // The Status every guard returns for a refused write: kFenced, "rejected: stale token N < M".
 Status stale_token(FencingToken presented, FencingToken highest);
 
+// The name of a resource a fence guards: a Redis data key, an etcd key. Its own type so that it
+// cannot be confused with the value written to it.
+class ResourceKey {
+ public:
+  explicit ResourceKey(std::string_view name) : name_(name) {}
+  const std::string& str() const { return name_; }
+  friend bool operator==(const ResourceKey&, const ResourceKey&) = default;
+
+ private:
+  std::string name_;
+};
+
 // An in-process monotonic gate: admits a token only if it is >= every token admitted before.
 class FenceGate {
  public:
+  FenceGate();
+  ~FenceGate();
+  FenceGate(const FenceGate&) = delete;
+  FenceGate& operator=(const FenceGate&) = delete;
+
   // Records `token` and returns OK when token >= highest(); kFenced otherwise.
   Status admit(FencingToken token);
   // admit(token), then runs `write` while still holding the gate, so no write with an older
@@ -66,8 +84,8 @@ class FenceGate {
   FencingToken highest() const;
 
  private:
-  mutable std::mutex mu_;
-  FencingToken highest_{0};  // GUARDED_BY(mu_)
+  struct State;  // the highest token and the mutex guarding it (src/core/fence.cpp)
+  std::unique_ptr<State> state_;
 };
 
 class RedisFence {
@@ -80,16 +98,16 @@ class RedisFence {
   // key = value (OK); otherwise kFenced and nothing changes. kUnavailable when Redis cannot be
   // reached (the write may or may not have happened: retrying with the same token is safe).
   // kInternal when the fence record is not a canonical token (someone else wrote it).
-  Status set(std::string_view key, std::string_view value, FencingToken token);
+  Status set(const ResourceKey& key, std::string_view value, FencingToken token);
   // A fenced read: atomically, if token >= the highest token admitted for `key`, records token
   // and returns the value (nullopt when missing); otherwise kFenced. After it, every write or
   // read with an older token is refused: the read of a read-modify-write.
-  Result<std::optional<std::string>> get(std::string_view key, FencingToken token);
+  Result<std::optional<std::string>> get(const ResourceKey& key, FencingToken token);
   // An unfenced read of `key` (nullopt when missing), for display and monitoring. Never the
   // read of a read-modify-write: a holder that lost its lock may read and then write with it.
-  Result<std::optional<std::string>> peek(std::string_view key);
+  Result<std::optional<std::string>> peek(const ResourceKey& key);
   // The highest token admitted for `key` (0 when none).
-  Result<FencingToken> highest(std::string_view key);
+  Result<FencingToken> highest(const ResourceKey& key);
 
   // The Lua source of the guarded write, for programs that issue their own EVAL:
   // KEYS[1] data key, KEYS[2] fence key; ARGV[1] token (canonical decimal), ARGV[2] value.
@@ -105,32 +123,10 @@ class RedisFence {
   std::shared_ptr<Impl> impl_;
 };
 
-struct PostgresFence {
-  // CREATE TABLE fencelock_fences + CREATE OR REPLACE FUNCTION fencelock_fence(text, numeric)
-  // in the first schema of search_path (src/postgres/sql/fence_schema.sql; idempotent; also
-  // run by `fencelock migrate`). install() runs it on `conn`, whose role then owns the fence.
-  // The function is SECURITY DEFINER with a pinned search_path; the table and EXECUTE are
-  // revoked from PUBLIC: grant writers EXECUTE only (GRANT EXECUTE ON FUNCTION
-  // fencelock_fence(text, numeric) TO role), so that none can lower a token.
-  static std::string_view schema_sql();
-  static Status install(pg_conn* conn);
-  // Runs SELECT fencelock_fence(resource, token) on `conn`, which must be inside the caller's
-  // transaction (BEGIN ... this ... the reads and the write ... COMMIT). OK: the write may
-  // proceed and the fence row stays locked until the transaction ends. kFenced: stale (the
-  // transaction is now aborted: ROLLBACK). kInvalidArgument, without running anything, when
-  // `conn` is not idle inside a transaction: in autocommit the row would be unlocked when the
-  // statement ends and the check would protect nothing. kAborted under REPEATABLE READ or
-  // SERIALIZABLE when a concurrent holder's transaction committed first (SQLSTATE 40001/40P01):
-  // roll back and retry the whole transaction. kPermissionDenied when the role lacks EXECUTE on
-  // the fence. kUnavailable / kInternal for other failures.
-  // A savepoint that swallows the FL001 error (psql's ON_ERROR_ROLLBACK) defeats the fence.
-  static Status check(pg_conn* conn, std::string_view resource, FencingToken token);
-};
-
 // etcd only (the lease must come from an etcd:// Client): puts key = value only while the
 // lease's lock key still exists with create revision == lease.token(). kFenced ("rejected: stale
 // token N < M", M the current holder's token, or 0 when nobody holds it) when it does not;
 // kInvalidArgument for a lease of another backend or a released one.
-Status etcd_fenced_put(const Lease& lease, std::string_view key, std::string_view value);
+Status etcd_fenced_put(const Lease& lease, const ResourceKey& key, std::string_view value);
 
 }  // namespace fencelock

@@ -27,6 +27,7 @@ namespace fencelock {
 namespace detail {
 struct LeaseState;
 }
+class ResourceKey;  // fencelock/fence.h
 
 class Lease {
  public:
@@ -60,7 +61,7 @@ class Lease {
  private:
   friend class Client;
   friend class Election;
-  friend Status etcd_fenced_put(const Lease& lease, std::string_view key, std::string_view value);
+  friend Status etcd_fenced_put(const Lease& lease, const ResourceKey& key, std::string_view value);
   explicit Lease(std::shared_ptr<detail::LeaseState> state);
   std::shared_ptr<detail::LeaseState> state_;
 };

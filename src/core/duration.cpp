@@ -41,9 +41,8 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   else
     return bad("unknown unit (use ms, s, m or h)");
   if (negative) return bad("negative");
-  if (value > kMaxDuration.count() / scale || value * scale > kMaxDuration.count()) {
-    return bad(too_large);
-  }
+  // value <= floor(max / scale) implies value * scale <= max: one check, and no overflow.
+  if (value > kMaxDuration.count() / scale) return bad(too_large);
   return std::chrono::milliseconds(value * scale);
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/client_core.h"
 #include "core/lease_state.h"
+#include "core/mutex.h"
 
 namespace fencelock {
 
@@ -12,27 +13,36 @@ Status stale_token(FencingToken presented, FencingToken highest) {
                 fmt::format("rejected: stale token {} < {}", presented.value(), highest.value()));
 }
 
+struct FenceGate::State {
+  detail::Mutex mu;
+  FencingToken highest FENCELOCK_GUARDED_BY(mu){0};
+};
+
+FenceGate::FenceGate() : state_(std::make_unique<State>()) {}
+FenceGate::~FenceGate() = default;
+
 Status FenceGate::admit(FencingToken token) {
-  std::lock_guard lock(mu_);
-  if (token < highest_) return stale_token(token, highest_);
-  highest_ = token;
+  detail::MutexLock lock(state_->mu);
+  if (token < state_->highest) return stale_token(token, state_->highest);
+  state_->highest = token;
   return Status::Ok();
 }
 
 Status FenceGate::run(FencingToken token, const std::function<void()>& write) {
-  std::lock_guard lock(mu_);
-  if (token < highest_) return stale_token(token, highest_);
-  highest_ = token;
+  detail::MutexLock lock(state_->mu);
+  if (token < state_->highest) return stale_token(token, state_->highest);
+  state_->highest = token;
   write();
   return Status::Ok();
 }
 
 FencingToken FenceGate::highest() const {
-  std::lock_guard lock(mu_);
-  return highest_;
+  detail::MutexLock lock(state_->mu);
+  return state_->highest;
 }
 
-Status etcd_fenced_put(const Lease& lease, std::string_view key, std::string_view value) {
+Status etcd_fenced_put(const Lease& lease, const ResourceKey& resource, std::string_view value) {
+  std::string_view key = resource.str();
   const detail::LeaseState& state = *lease.state_;
   if (state.backend_key.empty() || state.core == nullptr) {
     return Status(Code::kInvalidArgument,

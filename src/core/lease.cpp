@@ -1,6 +1,7 @@
 #include "fencelock/lease.h"
 
 #include "core/client_core.h"
+#include "core/mutex.h"
 
 namespace fencelock {
 
@@ -37,7 +38,7 @@ std::chrono::steady_clock::time_point Lease::valid_until() const { return state_
 std::stop_token Lease::lost() const { return state_->lost_source.get_token(); }
 
 void Lease::on_lost(std::function<void()> callback) {
-  std::lock_guard lock(state_->callbacks_mu);
+  detail::MutexLock lock(state_->callbacks_mu);
   state_->callbacks.push_back(std::make_unique<std::stop_callback<std::function<void()>>>(
       state_->lost_source.get_token(), std::move(callback)));
 }

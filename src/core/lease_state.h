@@ -5,7 +5,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "core/backend.h"
 #include "core/deadline_heap.h"
+#include "core/mutex.h"
 #include "fencelock/types.h"
 
 namespace fencelock::detail {
@@ -45,19 +45,23 @@ struct LeaseState {
   std::stop_source lost_source;
   std::atomic<bool> released{false};
 
-  std::mutex callbacks_mu;
-  std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>>
-      callbacks;  // GUARDED_BY(callbacks_mu)
+  Mutex callbacks_mu;
+  std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>> callbacks
+      FENCELOCK_GUARDED_BY(callbacks_mu);
 
   // The Renewer's bookkeeping (core/renewer.h), kept here so that a held lease costs it no map
   // entry: the lease's places in its schedules.
-  std::size_t fire_slot = kNotInHeap;  // lost() schedule; GUARDED_BY(Renewer::watch_mu_)
+  // lost() schedule. Only touched with the Renewer's watch_mu_ held, which the analysis cannot
+  // check here: a LeaseState does not know its Renewer (DeadlineHeap<...fire_slot> is guarded).
+  std::size_t fire_slot = kNotInHeap;
   Clock::time_point next_renew{};      // renewal thread only, from here down
   std::size_t due_slot = kNotInHeap;   // renewal schedule, by next_renew
   std::size_t join_slot = kNotInHeap;  // renewal schedule, by next_renew - ttl/6
   bool in_round = false;               // taken into the renewal round in flight
   bool renewal_removed = false;        // remove() reached the renewal thread
-  bool gone = false;  // the backend reported the grant gone (Grant::gone); GUARDED_BY(watch_mu_)
+  // The backend reported the grant gone (Grant::gone). Set by Renewer::lose_now under its
+  // watch_mu_, read without it by the renewal round (fire_time) and the loss report: atomic.
+  std::atomic<bool> gone{false};
 
   // Calls Renewer::lose_now on Grant::gone. Declared last, so destroyed first: its destructor
   // waits for a callback running on another thread while every other member is still alive.

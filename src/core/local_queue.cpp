@@ -1,6 +1,7 @@
 #include "core/local_queue.h"
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 
@@ -19,7 +20,7 @@ LocalQueue::Ticket::~Ticket() {
 Result<LocalQueue::Ticket> LocalQueue::enter(const std::string& key,
                                              std::chrono::steady_clock::time_point deadline,
                                              std::stop_token stop) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   Line& line = lines_[key];
   auto place = line.order.insert(line.order.end(), 0);
   const bool waited = line.order.begin() != place;
@@ -34,7 +35,7 @@ Result<LocalQueue::Ticket> LocalQueue::enter(const std::string& key,
 }
 
 void LocalQueue::leave(const std::string& key, std::list<int>::iterator place) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = lines_.find(key);
   it->second.order.erase(place);
   if (it->second.order.empty()) {
@@ -45,7 +46,7 @@ void LocalQueue::leave(const std::string& key, std::list<int>::iterator place) {
 }
 
 std::size_t LocalQueue::waiting(const std::string& key) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = lines_.find(key);
   return it == lines_.end() ? 0 : it->second.order.size();
 }

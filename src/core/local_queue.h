@@ -10,10 +10,10 @@
 #include <condition_variable>
 #include <list>
 #include <map>
-#include <mutex>
 #include <stop_token>
 #include <string>
 
+#include "core/mutex.h"
 #include "fencelock/status.h"
 
 namespace fencelock::detail {
@@ -54,8 +54,8 @@ class LocalQueue {
   };
   void leave(const std::string& key, std::list<int>::iterator place);
 
-  mutable std::mutex mu_;
-  std::map<std::string, Line> lines_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, Line> lines_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 }  // namespace fencelock::detail

@@ -12,10 +12,7 @@ Result<std::vector<std::string>> migrate(std::string_view uri, const ClientOptio
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) return parsed.status();
   const std::string& scheme = parsed->scheme;
-  if (scheme != "redis" && scheme != "redlock" && scheme != "etcd" && scheme != "etcds" &&
-      scheme != "memory") {
-    return detail::unknown_scheme(scheme);
-  }
+  if (!detail::known_scheme(scheme)) return detail::unknown_scheme(scheme);
   return std::vector<std::string>{};  // no other backend has a schema
 }
 

@@ -18,7 +18,8 @@ milliseconds retry_delay(milliseconds ttl) {
 
 // Why a lease was lost, for the warning.
 std::string_view loss_reason(const LeaseState& lease, bool rejected) {
-  if (lease.gone) return "the backend reported its lock gone (the connection holding it closed)";
+  if (lease.gone.load(std::memory_order_relaxed))
+    return "the backend reported its lock gone (the connection holding it closed)";
   if (rejected) return "its renewal was rejected (the key expired or has another owner)";
   if (!lease.renew) return "its validity ended (renewal is off)";
   return "no renewal was confirmed before its validity ended";
@@ -26,7 +27,7 @@ std::string_view loss_reason(const LeaseState& lease, bool rejected) {
 
 // When the watchdog fires lost() unless the lease is renewed first.
 Clock::time_point fire_time(const LeaseState& lease) {
-  if (lease.gone) return Clock::time_point::min();
+  if (lease.gone.load(std::memory_order_relaxed)) return Clock::time_point::min();
   return lease.valid_until() - Renewer::lost_guard(lease.ttl);
 }
 
@@ -50,7 +51,7 @@ Renewer::~Renewer() {
 
 void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
   {
-    std::lock_guard watch(watch_mu_);
+    MutexLock watch(watch_mu_);
     const Clock::time_point fire_at = fire_time(*lease);
     fire_.schedule(lease, fire_at);
     if (fire_at < watchdog_planned_) {
@@ -61,7 +62,7 @@ void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
   if (!lease->renew) return;
   Clock::time_point start = lease->valid_until() - lease->ttl;  // conservative send-time estimate
   const Clock::time_point next_renew = std::max(start + lease->ttl / 3, Clock::now());
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(inbox_mu_);
   inbox_.push_back(Posted{false, lease, next_renew});
   // Wake the renewal thread only when the new lease is due before the time it already plans to
   // wake at, or its inbox is full: the common case (a lease like the others) costs no context
@@ -78,13 +79,13 @@ void Renewer::remove(const LeaseState* lease) {
   LeaseState& state = const_cast<LeaseState&>(*lease);
   std::shared_ptr<LeaseState> held;
   {
-    std::lock_guard watch(watch_mu_);
+    MutexLock watch(watch_mu_);
     held = fire_.remove(state);  // a thread planning to wake for it wakes, finds nothing, re-plans
   }
   // Not watched any more (declared lost, or dropped after a rejection): the renewal thread drops
   // it when it meets it, or has already; a lost lease is never renewed again.
   if (held == nullptr || !state.renew) return;
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(inbox_mu_);
   inbox_.push_back(Posted{true, std::move(held), {}});
   if (renew_planned_ != Clock::time_point::min() && inbox_.size() >= kInboxWake) {
     ++renew_version_;
@@ -94,30 +95,30 @@ void Renewer::remove(const LeaseState* lease) {
 
 void Renewer::lose_now(const LeaseState* lease) {
   LeaseState& state = const_cast<LeaseState&>(*lease);  // as in remove()
-  std::lock_guard watch(watch_mu_);
+  MutexLock watch(watch_mu_);
   std::shared_ptr<LeaseState> held = fire_.remove(state);
   if (held == nullptr) return;  // released, or its loss reported already
-  held->gone = true;
+  held->gone.store(true, std::memory_order_relaxed);
   fire_.schedule(held, Clock::time_point::min());
   ++watchdog_version_;
   watchdog_cv_.notify_all();
 }
 
 void Renewer::pause_renewals_for_testing(bool paused) {
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(inbox_mu_);
   paused_ = paused;
   ++renew_version_;
   renew_cv_.notify_all();
 }
 
 std::uint64_t Renewer::rounds() const {
-  std::lock_guard lock(inbox_mu_);
+  MutexLock lock(inbox_mu_);
   return rounds_;
 }
 
 Renewer::Work Renewer::work_for_testing() const {
-  std::lock_guard lock(inbox_mu_);
-  std::lock_guard watch(watch_mu_);
+  MutexLock lock(inbox_mu_);
+  MutexLock watch(watch_mu_);
   return Work{watchdog_work_, renewal_work_};
 }
 
@@ -145,7 +146,7 @@ void Renewer::renew_loop(std::stop_token stop) {
   std::vector<Posted> posted;
   while (!stop.stop_requested()) {
     apply(posted);  // outside inbox_mu_: add() and remove() never wait for it
-    std::unique_lock lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     if (!inbox_.empty()) {
       posted.swap(inbox_);
       continue;
@@ -154,7 +155,7 @@ void Renewer::renew_loop(std::stop_token stop) {
     if (!paused_ && !due_.empty()) next = due_.earliest();
     if (next > Clock::now()) {
       std::uint64_t seen = renew_version_;
-      auto changed = [&] { return renew_version_ != seen; };
+      auto changed = [&]() FENCELOCK_REQUIRES(inbox_mu_) { return renew_version_ != seen; };
       renew_planned_ = next;
       if (next == Clock::time_point::max()) {
         renew_cv_.wait(lock, stop, changed);
@@ -189,7 +190,7 @@ void Renewer::run_round() {
   std::size_t live = due.size();
   std::vector<Posted> late;
   {
-    std::lock_guard lock(inbox_mu_);
+    MutexLock lock(inbox_mu_);
     for (const Posted& change : inbox_) {
       if (change.remove && change.lease->in_round) --live;
     }
@@ -236,7 +237,7 @@ void Renewer::run_round() {
     const bool gone = outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested();
     bool watched = false;  // false: released meanwhile, or declared lost by the watchdog
     {
-      std::lock_guard watch(watch_mu_);
+      MutexLock watch(watch_mu_);
       watched = fire_.contains(lease);
       if (watched && gone) {
         fire_.remove(lease);  // its loss is this thread's to report
@@ -284,7 +285,7 @@ void Renewer::report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost
 }
 
 void Renewer::watchdog_loop(std::stop_token stop) {
-  std::unique_lock lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   while (!stop.stop_requested()) {
     const Clock::time_point now = Clock::now();
     std::vector<std::shared_ptr<LeaseState>> lost;
@@ -307,7 +308,7 @@ void Renewer::watchdog_loop(std::stop_token stop) {
       continue;
     }
     std::uint64_t seen = watchdog_version_;
-    auto changed = [&] { return watchdog_version_ != seen; };
+    auto changed = [&]() FENCELOCK_REQUIRES(watch_mu_) { return watchdog_version_ != seen; };
     watchdog_planned_ = fire_.empty() ? Clock::time_point::max() : fire_.earliest();
     if (fire_.empty()) {
       watchdog_cv_.wait(lock, stop, changed);

@@ -29,7 +29,6 @@
 
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,6 +36,7 @@
 #include "core/deadline_heap.h"
 #include "core/lease_state.h"
 #include "core/metrics.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 
@@ -97,23 +97,25 @@ class Renewer {
   void schedule_renewal(const std::shared_ptr<LeaseState>& lease);
   // Logs the leases whose renewal was not confirmed. REQUIRES: no lock held (the sink is user
   // code).
-  void log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& unconfirmed);
+  void log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& unconfirmed)
+      FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
   // Fires lost() on `lost` (`rejected`: their renewal was rejected, otherwise their validity
   // ran out). REQUIRES: no lock held (lost() callbacks and log sinks are user code).
-  void report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected);
+  void report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected)
+      FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
 
   Backend& backend_;
   Metrics* const metrics_;
 
   // The renewal thread's inbox, and what add() reads to decide whether to wake that thread.
-  mutable std::mutex inbox_mu_;
+  mutable Mutex inbox_mu_;
   std::condition_variable_any renew_cv_;
-  std::vector<Posted> inbox_;                                   // GUARDED_BY(inbox_mu_)
-  bool paused_ = false;                                         // GUARDED_BY(inbox_mu_)
-  std::uint64_t rounds_ = 0;                                    // GUARDED_BY(inbox_mu_)
-  std::uint64_t renewal_work_ = 0;                              // GUARDED_BY(inbox_mu_)
-  Clock::time_point renew_planned_ = Clock::time_point::min();  // GUARDED_BY(inbox_mu_)
-  std::uint64_t renew_version_ = 0;                             // GUARDED_BY(inbox_mu_)
+  std::vector<Posted> inbox_ FENCELOCK_GUARDED_BY(inbox_mu_);
+  bool paused_ FENCELOCK_GUARDED_BY(inbox_mu_) = false;
+  std::uint64_t rounds_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
+  std::uint64_t renewal_work_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
+  Clock::time_point renew_planned_ FENCELOCK_GUARDED_BY(inbox_mu_) = Clock::time_point::min();
+  std::uint64_t renew_version_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
 
   // The renewal schedule: renewing leases by next_renew (when a round must start) and by
   // next_renew - ttl/6 (from when a lease may join a round). A lease in the round in flight is
@@ -124,12 +126,12 @@ class Renewer {
   // The lost() schedule: every watched lease by valid_until - lost_guard. Lock order: never
   // take inbox_mu_ while holding watch_mu_, and never drop a lease's last reference while holding
   // watch_mu_ (its gone_watch destructor may wait for a lose_now() that waits for watch_mu_).
-  mutable std::mutex watch_mu_;
+  mutable Mutex watch_mu_;
   std::condition_variable_any watchdog_cv_;
-  DeadlineHeap<LeaseState, &LeaseState::fire_slot> fire_;          // GUARDED_BY(watch_mu_)
-  std::uint64_t watchdog_work_ = 0;                                // GUARDED_BY(watch_mu_)
-  Clock::time_point watchdog_planned_ = Clock::time_point::min();  // GUARDED_BY(watch_mu_)
-  std::uint64_t watchdog_version_ = 0;                             // GUARDED_BY(watch_mu_)
+  DeadlineHeap<LeaseState, &LeaseState::fire_slot> fire_ FENCELOCK_GUARDED_BY(watch_mu_);
+  std::uint64_t watchdog_work_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
+  Clock::time_point watchdog_planned_ FENCELOCK_GUARDED_BY(watch_mu_) = Clock::time_point::min();
+  std::uint64_t watchdog_version_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
 
   std::jthread renew_thread_;
   std::jthread watchdog_thread_;

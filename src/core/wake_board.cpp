@@ -1,4 +1,5 @@
 #include "core/wake_board.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 
@@ -18,13 +19,13 @@ class BoardWatch final : public ReleaseWatch {
 };
 
 std::unique_ptr<ReleaseWatch> WakeBoard::watch(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   slots_[id].watchers++;
   return std::make_unique<BoardWatch>(*this, id, events_for(id));
 }
 
 void WakeBoard::notify(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = slots_.find(id);
   if (it == slots_.end()) return;
   it->second.events++;
@@ -32,7 +33,7 @@ void WakeBoard::notify(const std::string& id) {
 }
 
 void WakeBoard::notify_all() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   broadcasts_++;
   changed_.notify_all();
 }
@@ -43,15 +44,16 @@ std::uint64_t WakeBoard::events_for(const std::string& id) const {
 }
 
 void WakeBoard::forget(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = slots_.find(id);
   if (--it->second.watchers == 0) slots_.erase(it);
 }
 
 bool WakeBoard::wait(const std::string& id, std::uint64_t& seen, Clock::time_point until,
                      std::stop_token stop) {
-  std::unique_lock lock(mu_);
-  bool woke = changed_.wait_until(lock, stop, until, [&] { return events_for(id) != seen; });
+  MutexLock lock(mu_);
+  bool woke = changed_.wait_until(lock, stop, until,
+                                  [&]() FENCELOCK_REQUIRES(mu_) { return events_for(id) != seen; });
   seen = events_for(id);
   return woke;
 }

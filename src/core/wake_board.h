@@ -11,10 +11,10 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 
@@ -30,15 +30,15 @@ class WakeBoard {
     int watchers = 0;
     std::uint64_t events = 0;
   };
-  std::uint64_t events_for(const std::string& id) const;  // REQUIRES: mu_ held
+  std::uint64_t events_for(const std::string& id) const FENCELOCK_REQUIRES(mu_);
   void forget(const std::string& id);
   bool wait(const std::string& id, std::uint64_t& seen, Clock::time_point until,
             std::stop_token stop);
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable_any changed_;
-  std::map<std::string, Slot> slots_;  // GUARDED_BY(mu_)
-  std::uint64_t broadcasts_ = 0;       // GUARDED_BY(mu_)
+  std::map<std::string, Slot> slots_ FENCELOCK_GUARDED_BY(mu_);
+  std::uint64_t broadcasts_ FENCELOCK_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fencelock::detail

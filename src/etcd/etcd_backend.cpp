@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/log_internal.h"
+#include "core/mutex.h"
 #include "core/quorum.h"
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
@@ -130,7 +130,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         op_budget_(options_.io_timeout * static_cast<int>(std::max<std::size_t>(members, 2))) {}
 
   ~EtcdBackend() override {
-    std::lock_guard lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     for (auto& [_, session] : sessions_) {
       if (session) revoke(*session);
     }
@@ -174,9 +174,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override {
     struct Sleeper final : ReleaseWatch {
       bool wait_until(Clock::time_point until, std::stop_token stop) override {
-        std::mutex mu;
+        Mutex mu;
         std::condition_variable_any cv;
-        std::unique_lock lock(mu);
+        MutexLock lock(mu);
         cv.wait_until(lock, stop, until, [] { return false; });
         return false;
       }
@@ -191,7 +191,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     std::vector<RenewOutcome> out(items.size());
     std::map<std::shared_ptr<Session>, HeldKeys> by_session;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (std::size_t i = 0; i < items.size(); ++i) {
         auto it = held_.find(items[i].owner->hex());
         if (it == held_.end()) {
@@ -221,7 +221,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
     Held held;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = held_.find(owner.hex());
       if (it == held_.end()) return Status::Ok();
       held = it->second;
@@ -317,7 +317,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     if (!name.ok()) return name.status();
     Held held;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = held_.find(owner.hex());
       if (it == held_.end() || it->second.name != name->str())
         return Status(Code::kLocked, "not the leader any more (resigned)");
@@ -385,9 +385,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       // Bounded watches: a stream on a member that silently left the cluster ends in time.
       auto result = conn_->watch(create, Clock::now() + kObserveChunk, stop, mine);
       if (result == EtcdConnection::WatchResult::kFailed) {
-        std::mutex mu;
+        Mutex mu;
         std::condition_variable_any cv;
-        std::unique_lock lock(mu);
+        MutexLock lock(mu);
         cv.wait_for(lock, stop, milliseconds(50), [] { return false; });
       }
     }
@@ -438,7 +438,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
           fmt::format("TTL {}s is above etcd's maximum lease TTL of {}s (about 285 years)",
                       seconds.count(), kMaxLeaseTtl.count()));
     }
-    std::lock_guard lock(sessions_mu_);
+    MutexLock lock(sessions_mu_);
     auto& slot = sessions_[seconds.count()];
     if (slot && !slot->dead &&
         validity_deadline(slot->confirmed(), slot->ttl, options_.drift_factor) > Clock::now()) {
@@ -446,7 +446,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     }
     if (slot) {
       revoke(*slot);  // frees the keys of grants already declared lost, and undeleted ones
-      std::lock_guard held_lock(mu_);
+      MutexLock held_lock(mu_);
       drop_undeleted_locked(slot->id);
     }
     slot.reset();
@@ -490,12 +490,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     const auto slot = std::make_pair(session->id, call.key.str());
     bool undeleted = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       undeleted = undeleted_.contains(slot);
     }
     if (undeleted) (void)settle(session, Clock::now() + options_.io_timeout);
-    std::unique_lock lock(mu_);
-    auto free = [&] { return !slots_.contains(slot); };
+    MutexLock lock(mu_);
+    auto free = [&]() FENCELOCK_REQUIRES(mu_) { return !slots_.contains(slot); };
     if (!free()) {
       if (call.wait <= milliseconds(0) && undeleted_.contains(slot)) {
         return Status(Code::kUnavailable,
@@ -514,7 +514,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   // Frees the slot, unless an own key whose delete failed still holds it (settle() frees it).
   void free_slot(std::int64_t lease, const std::string& name) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto slot = std::make_pair(lease, name);
     if (undeleted_.contains(slot)) return;
     slots_.erase(slot);
@@ -522,7 +522,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   void forget(const OwnerId& owner) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     held_.erase(owner.hex());
   }
 
@@ -556,7 +556,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   Status drop_own_key(const Held& held, Clock::time_point deadline) {
     Status status = delete_own_key(held, deadline);
     if (!status.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       undeleted_[std::make_pair(held.session->id, held.name)] = held;
     }
     return status;
@@ -567,7 +567,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   bool settle(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
     std::vector<Held> pending;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (const auto& [slot, held] : undeleted_) {
         if (held.session == session) pending.push_back(held);
       }
@@ -579,7 +579,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     }
     for (const Held& held : pending) {
       if (!delete_own_key(held, deadline).ok()) return false;
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       const auto slot = std::make_pair(held.session->id, held.name);
       undeleted_.erase(slot);
       slots_.erase(slot);
@@ -588,9 +588,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return true;
   }
 
-  // Forgets the undeleted keys of lease `lease` (gone or revoked: they went with it). REQUIRES:
-  // mu_.
-  void drop_undeleted_locked(std::int64_t lease) {
+  // Forgets the undeleted keys of lease `lease` (gone or revoked: they went with it).
+  void drop_undeleted_locked(std::int64_t lease) FENCELOCK_REQUIRES(mu_) {
     for (auto it = undeleted_.begin(); it != undeleted_.end();) {
       if (it->first.first != lease) {
         ++it;
@@ -793,7 +792,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       return give_up(call.owner, held, to_status(created, "acquire"));
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       held_[call.owner.hex()] = held;
     }
     const bool waits = call.wait > milliseconds(0);
@@ -884,18 +883,19 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   const std::string ns_;  // prepended to every lock and election name (URI option namespace=)
   const milliseconds op_budget_;  // one call, failing over across every member
 
-  std::mutex sessions_mu_;  // held while a session is granted: one lease per TTL, never two
-  std::map<std::int64_t, std::shared_ptr<Session>>
-      sessions_;  // GUARDED_BY(sessions_mu_), by TTL in s
+  Mutex sessions_mu_;  // held while a session is granted: one lease per TTL, never two
+  std::map<std::int64_t, std::shared_ptr<Session>> sessions_
+      FENCELOCK_GUARDED_BY(sessions_mu_);  // by TTL in s
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable_any slot_cv_;
-  std::set<std::pair<std::int64_t, std::string>> slots_;  // GUARDED_BY(mu_): (lease, lock) in use
-  std::map<std::string, Held> held_;                      // GUARDED_BY(mu_): by owner id hex
+  std::set<std::pair<std::int64_t, std::string>> slots_
+      FENCELOCK_GUARDED_BY(mu_);                                // (lease, lock) in use
+  std::map<std::string, Held> held_ FENCELOCK_GUARDED_BY(mu_);  // by owner id hex
   // Own keys whose delete got no answer, by their (lease, lock) slot, which they keep taken. No
   // keep-alive goes out for their session until settle() deleted them, so each is gone within
   // its TTL of the failed delete even if it never succeeds.
-  std::map<std::pair<std::int64_t, std::string>, Held> undeleted_;  // GUARDED_BY(mu_)
+  std::map<std::pair<std::int64_t, std::string>, Held> undeleted_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::detail::etcd {
 namespace {
@@ -61,7 +62,7 @@ class SharedStream {
 
   // True while the stream has not ended and was opened on `member` with `token`.
   bool serves(std::size_t member, const std::string& token) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return state_ != State::kEnded && !cancelled_ && member == member_ && token == token_;
   }
 
@@ -80,9 +81,10 @@ class SharedStream {
 
   // Waits (mu_ held by `lock`) until the reader opened or ended the stream, `deadline` passed or
   // `stop` fired. True when open.
-  bool wait_open(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-                 std::stop_token stop) {
-    cv_.wait_until(lock, stop, deadline, [this] { return state_ != State::kOpening; });
+  bool wait_open(MutexLock& lock, Clock::time_point deadline, std::stop_token stop)
+      FENCELOCK_REQUIRES(mu_) {
+    cv_.wait_until(lock, stop, deadline,
+                   [this]() FENCELOCK_REQUIRES(mu_) { return state_ != State::kOpening; });
     return state_ == State::kOpen;
   }
 
@@ -90,10 +92,10 @@ class SharedStream {
   // `request`. False, without enqueueing, when the stream is not writable. A failed Write needs
   // no answer here: the stream then ends, and the reader fails what is pending.
   bool write(const Request& request, const std::function<void()>& enqueue) {
-    std::lock_guard write_lock(write_mu_);
+    MutexLock write_lock(write_mu_);
     if (!writable_) return false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (state_ != State::kOpen) return false;
       if (enqueue) enqueue();
     }
@@ -104,17 +106,17 @@ class SharedStream {
   // On the reader thread, no lock held.
   virtual void on_response(Response& response) = 0;
   // With mu_ held, once the stream ended (state_ is kEnded, end_ set): fail every pending caller.
-  virtual void fail_pending() = 0;
+  virtual void fail_pending() FENCELOCK_REQUIRES(mu_) = 0;
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable_any cv_;  // notified when state_ or a pending entry changes
-  State state_ = State::kOpening;   // GUARDED_BY(mu_)
-  grpc::Status end_;                // GUARDED_BY(mu_): why the stream ended
+  State state_ FENCELOCK_GUARDED_BY(mu_) = State::kOpening;
+  grpc::Status end_ FENCELOCK_GUARDED_BY(mu_);  // why the stream ended
 
  private:
   void cancel(bool failed) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       cancelled_ = true;
       broken_off_ = broken_off_ || failed;
     }
@@ -124,12 +126,12 @@ class SharedStream {
   void read_until_end(const Open& open, const std::function<void()>& on_failure) {
     std::unique_ptr<Rpc> rpc = open(&context_);
     {
-      std::lock_guard write_lock(write_mu_);
+      MutexLock write_lock(write_mu_);
       rpc_ = std::move(rpc);
       writable_ = true;
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (cancelled_) context_.TryCancel();  // cancel() may have come before the call existed
       state_ = State::kOpen;
     }
@@ -137,13 +139,13 @@ class SharedStream {
     Response response;
     while (rpc_->Read(&response)) on_response(response);
     {
-      std::lock_guard write_lock(write_mu_);
+      MutexLock write_lock(write_mu_);
       writable_ = false;  // no Write from here on: Finish follows
     }
     grpc::Status status = rpc_->Finish();
     bool failed = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       state_ = State::kEnded;
       if (status.ok() || status.error_code() == grpc::StatusCode::CANCELLED) {
         end_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -162,10 +164,10 @@ class SharedStream {
   const std::string token_;
   grpc::ClientContext context_;
   std::thread reader_;
-  bool cancelled_ = false;   // GUARDED_BY(mu_)
-  bool broken_off_ = false;  // GUARDED_BY(mu_)
-  std::mutex write_mu_;
-  bool writable_ = false;     // GUARDED_BY(write_mu_)
+  bool cancelled_ FENCELOCK_GUARDED_BY(mu_) = false;
+  bool broken_off_ FENCELOCK_GUARDED_BY(mu_) = false;
+  Mutex write_mu_;
+  bool writable_ FENCELOCK_GUARDED_BY(write_mu_) = false;
   std::unique_ptr<Rpc> rpc_;  // set under write_mu_ before writable_; read by the reader
 };
 
@@ -293,7 +295,7 @@ grpc::Status EtcdConnection::authenticate(Clock::time_point deadline) {
     current_ = (current_.load() + 1) % members_.size();
   }
   if (status.ok()) {
-    std::lock_guard lock(token_mu_);
+    MutexLock lock(token_mu_);
     token_ = response.token();
   }
   return status;
@@ -344,14 +346,16 @@ class EtcdConnection::LeaseStream final
     pending->lease = lease;
     pb::LeaseKeepAliveRequest request;
     request.set_id(lease);
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (wait_open(lock, deadline, {})) {
       lock.unlock();
-      if (!write(request, [&] { pending_.push_back(pending); })) {
+      if (!write(request, [&]() FENCELOCK_REQUIRES(mu_) { pending_.push_back(pending); })) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "etcd keep-alive stream ended");
       }
       lock.lock();
-      cv_.wait_until(lock, deadline, [&] { return pending->answered || state_ == State::kEnded; });
+      cv_.wait_until(lock, deadline, [&]() FENCELOCK_REQUIRES(mu_) {
+        return pending->answered || state_ == State::kEnded;
+      });
     }
     if (pending->answered) {
       *ttl = pending->ttl;
@@ -367,7 +371,7 @@ class EtcdConnection::LeaseStream final
  private:
   void on_response(pb::LeaseKeepAliveResponse& response) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       // The oldest request for this lease: replies come in request order.
       auto it = std::find_if(pending_.begin(), pending_.end(),
                              [&](const auto& pending) { return pending->lease == response.id(); });
@@ -379,9 +383,10 @@ class EtcdConnection::LeaseStream final
     cv_.notify_all();
   }
 
-  void fail_pending() override { pending_.clear(); }
+  void fail_pending() override FENCELOCK_REQUIRES(mu_) { pending_.clear(); }
 
-  std::deque<std::shared_ptr<PendingKeepAlive>> pending_;  // GUARDED_BY(mu_), in write order
+  std::deque<std::shared_ptr<PendingKeepAlive>> pending_
+      FENCELOCK_GUARDED_BY(mu_);  // in write order
 };
 
 // The shared Watch stream. etcd answers the creates of one stream in order, each with a "created"
@@ -400,14 +405,14 @@ class EtcdConnection::WatchStream final : public SharedStream<pb::WatchRequest, 
     *request.mutable_create_request() = create;
     request.mutable_create_request()->set_watch_id(0);  // etcd numbers the watches of a stream
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (!wait_open(lock, until, stop)) return outcome(false, until, stop);
     }
-    if (!write(request, [&] { creating_.push_back(watcher); })) {
+    if (!write(request, [&]() FENCELOCK_REQUIRES(mu_) { creating_.push_back(watcher); })) {
       return outcome(false, until, stop);
     }
     bool fired = false;
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!fired && Clock::now() < until) {
       cv_.wait_until(lock, stop, until,
                      [&] { return !watcher->responses.empty() || watcher->ended; });
@@ -436,7 +441,7 @@ class EtcdConnection::WatchStream final : public SharedStream<pb::WatchRequest, 
   void on_response(pb::WatchResponse& response) override {
     std::optional<std::int64_t> orphan;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (response.created()) {
         if (creating_.empty()) return;  // not a create of ours: nothing to match
         std::shared_ptr<Watcher> watcher = std::move(creating_.front());
@@ -466,7 +471,7 @@ class EtcdConnection::WatchStream final : public SharedStream<pb::WatchRequest, 
     if (orphan) cancel_watch(*orphan);
   }
 
-  void fail_pending() override {
+  void fail_pending() override FENCELOCK_REQUIRES(mu_) {
     for (auto& watcher : creating_) watcher->ended = true;
     for (auto& [_, watcher] : watching_) watcher->ended = true;
     creating_.clear();
@@ -479,20 +484,21 @@ class EtcdConnection::WatchStream final : public SharedStream<pb::WatchRequest, 
     (void)write(request, nullptr);
   }
 
-  // GUARDED_BY(mu_): callers whose create was written and is not yet answered, in write order.
-  std::deque<std::shared_ptr<Watcher>> creating_;
-  std::map<std::int64_t, std::shared_ptr<Watcher>> watching_;  // GUARDED_BY(mu_), by watch_id
+  // Callers whose create was written and is not yet answered, in write order.
+  std::deque<std::shared_ptr<Watcher>> creating_ FENCELOCK_GUARDED_BY(mu_);
+  std::map<std::int64_t, std::shared_ptr<Watcher>> watching_
+      FENCELOCK_GUARDED_BY(mu_);  // by watch_id
 };
 
 EtcdConnection::~EtcdConnection() {
-  std::lock_guard lock(streams_mu_);
+  MutexLock lock(streams_mu_);
   closing_ = true;
   if (lease_stream_) lease_stream_->close();
   if (watch_stream_) watch_stream_->close();
 }
 
 std::string EtcdConnection::current_token() {
-  std::lock_guard lock(token_mu_);
+  MutexLock lock(token_mu_);
   return token_;
 }
 
@@ -512,11 +518,15 @@ void EtcdConnection::fail_over(std::size_t from) {
 }
 
 template <class Stream, class Open>
-std::shared_ptr<Stream> EtcdConnection::shared_stream(std::shared_ptr<Stream>& slot, Open open) {
+std::shared_ptr<Stream> EtcdConnection::shared_stream(
+    std::shared_ptr<Stream> EtcdConnection::*slot_member, Open open) {
   const std::size_t member = current_.load() % members_.size();
   const std::string token = current_token();
-  std::lock_guard lock(streams_mu_);
+  MutexLock lock(streams_mu_);
   if (closing_) return nullptr;
+  // The stream slot (lease_stream_ or watch_stream_), named by member so that it is only
+  // touched here, under streams_mu_.
+  std::shared_ptr<Stream>& slot = this->*slot_member;
   if (slot && slot->serves(member, token)) return slot;
   if (slot) slot->close();  // its waiting callers fail and look again
   slot = std::make_shared<Stream>(member, token);
@@ -533,9 +543,10 @@ grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point de
   grpc::Status status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the keep-alive");
   bool reauthenticated = false;
   for (std::size_t tried = 1; Clock::now() < deadline; ++tried) {
-    auto stream = shared_stream(lease_stream_, [](Stubs& stubs, grpc::ClientContext* context) {
-      return stubs.lease->LeaseKeepAlive(context);
-    });
+    auto stream = shared_stream(&EtcdConnection::lease_stream_,
+                                [](Stubs& stubs, grpc::ClientContext* context) {
+                                  return stubs.lease->LeaseKeepAlive(context);
+                                });
     if (!stream) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "etcd connection closed");
     status = stream->keep_alive(lease, deadline, ttl);
     if (status.ok()) {
@@ -558,9 +569,9 @@ grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point de
 EtcdConnection::WatchResult EtcdConnection::watch(
     const pb::WatchCreateRequest& create, Clock::time_point until, std::stop_token stop,
     const std::function<bool(const pb::WatchResponse&)>& event) {
-  auto stream = shared_stream(watch_stream_, [](Stubs& stubs, grpc::ClientContext* context) {
-    return stubs.watch->Watch(context);
-  });
+  auto stream = shared_stream(
+      &EtcdConnection::watch_stream_,
+      [](Stubs& stubs, grpc::ClientContext* context) { return stubs.watch->Watch(context); });
   if (!stream) return WatchResult::kFailed;
   return stream->watch(create, until, stop, event);
 }

@@ -31,12 +31,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "core/reconnects.h"
 #include "etcd/etcd.grpc.pb.h"
 #include "fencelock/options.h"
@@ -116,7 +116,8 @@ class EtcdConnection {
   // opened on another member than the current one, or with another token. nullptr once the
   // destructor runs.
   template <class Stream, class Open>
-  std::shared_ptr<Stream> shared_stream(std::shared_ptr<Stream>& slot, Open open);
+  std::shared_ptr<Stream> shared_stream(std::shared_ptr<Stream> EtcdConnection::*slot_member,
+                                        Open open);
 
   const ClientOptions options_;
   const std::string user_;
@@ -124,12 +125,12 @@ class EtcdConnection {
   std::vector<Stubs> members_;
   std::atomic<std::size_t> current_{0};
   ReconnectCounter reconnects_;
-  std::mutex token_mu_;
-  std::string token_;                          // GUARDED_BY(token_mu_)
-  std::mutex streams_mu_;                      // held while a stream is replaced or closed
-  bool closing_ = false;                       // GUARDED_BY(streams_mu_)
-  std::shared_ptr<LeaseStream> lease_stream_;  // GUARDED_BY(streams_mu_)
-  std::shared_ptr<WatchStream> watch_stream_;  // GUARDED_BY(streams_mu_)
+  Mutex token_mu_;
+  std::string token_ FENCELOCK_GUARDED_BY(token_mu_);
+  Mutex streams_mu_;  // held while a stream is replaced or closed
+  bool closing_ FENCELOCK_GUARDED_BY(streams_mu_) = false;
+  std::shared_ptr<LeaseStream> lease_stream_ FENCELOCK_GUARDED_BY(streams_mu_);
+  std::shared_ptr<WatchStream> watch_stream_ FENCELOCK_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace fencelock::detail::etcd

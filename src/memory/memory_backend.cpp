@@ -2,10 +2,10 @@
 
 #include <condition_variable>
 #include <map>
-#include <mutex>
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "core/quorum.h"
 
 namespace fencelock::detail {
@@ -28,15 +28,15 @@ struct Table {
     return !e.owner.empty() && e.expires_at > now;
   }
 
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable_any released;
-  std::map<std::string, Entry> entries;  // GUARDED_BY(mu)
+  std::map<std::string, Entry> entries FENCELOCK_GUARDED_BY(mu);
 };
 
 std::shared_ptr<Table> table_named(const std::string& name) {
-  static std::mutex mu;
+  static Mutex mu;
   static std::map<std::string, std::weak_ptr<Table>> tables;
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   auto& weak = tables[name];
   auto table = weak.lock();
   if (!table) {
@@ -50,18 +50,18 @@ class MemoryWatch final : public ReleaseWatch {
  public:
   MemoryWatch(std::shared_ptr<Table> table, std::string key)
       : table_(std::move(table)), key_(std::move(key)) {
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     auto& entry = table_->entries[key_];
     seen_ = entry.releases;
     entry.watchers++;
   }
   ~MemoryWatch() override {
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     table_->entries[key_].watchers--;
   }
 
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
-    std::unique_lock lock(table_->mu);
+    MutexLock lock(table_->mu);
     auto& entry = table_->entries[key_];
     bool woke =
         table_->released.wait_until(lock, stop, until, [&] { return entry.releases != seen_; });
@@ -84,7 +84,7 @@ class MemoryBackend final : public Backend {
 
   TryResult try_acquire(const GrantRequest& request) override {
     Clock::time_point sent = Clock::now();
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     auto& e = table_->entries[request.key.str()];
     e.attempts++;
     if (table_->held(e, sent)) {
@@ -105,7 +105,7 @@ class MemoryBackend final : public Backend {
 
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
     Clock::time_point sent = Clock::now();
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     std::vector<RenewOutcome> out;
     out.reserve(items.size());
     for (const auto& item : items) {
@@ -122,7 +122,7 @@ class MemoryBackend final : public Backend {
   }
 
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point) override {
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     auto it = table_->entries.find(key.str());
     if (it == table_->entries.end() || it->second.owner != owner.hex()) return Status::Ok();
     it->second.owner.clear();
@@ -133,7 +133,7 @@ class MemoryBackend final : public Backend {
 
   Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
     Clock::time_point now = Clock::now();
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     auto it = table_->entries.find(key.str());
     if (it == table_->entries.end() || !table_->held(it->second, now)) {
       return std::optional<HolderInfo>();
@@ -143,7 +143,7 @@ class MemoryBackend final : public Backend {
 
   Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
     Clock::time_point now = Clock::now();
-    std::lock_guard lock(table_->mu);
+    MutexLock lock(table_->mu);
     std::vector<HolderInfo> out;
     for (auto it = table_->entries.lower_bound(std::string(prefix));
          it != table_->entries.end() && it->first.starts_with(prefix); ++it) {
@@ -170,7 +170,7 @@ class MemoryBackend final : public Backend {
 
 MemoryStats memory_stats(const std::string& name, const std::string& key) {
   auto table = table_named(name);
-  std::lock_guard lock(table->mu);
+  MutexLock lock(table->mu);
   auto it = table->entries.find(key);
   if (it == table->entries.end()) return {};
   return MemoryStats{it->second.attempts, it->second.watchers};

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/mutex.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
 #include "core/wake_board.h"
@@ -55,7 +56,7 @@ class AdvisoryBackend final : public Backend {
     std::map<Session*, std::vector<std::size_t>> by_session;
     std::map<Session*, std::shared_ptr<Session>> sessions;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (std::size_t i = 0; i < items.size(); ++i) {
         auto it = held_.find(items[i].owner->hex());
         if (it == held_.end()) {
@@ -89,7 +90,7 @@ class AdvisoryBackend final : public Backend {
   Status release(const LockKey&, const OwnerId& owner, Clock::time_point deadline) override {
     Holding holding;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       auto it = held_.find(owner.hex());
       if (it == held_.end()) return Status::Ok();  // never granted, or already released
       holding = it->second;
@@ -215,7 +216,7 @@ class AdvisoryBackend final : public Backend {
   Grant remember(const AcquireCall& call, const std::shared_ptr<Session>& session, std::int64_t key,
                  std::uint64_t token, Clock::time_point sent) {
     sessions_.note_held(session, key, true);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     held_[call.owner.hex()] = Holding{session, key, call.shared};
     Grant grant{FencingToken(token), validity_deadline(sent, call.ttl, options_.drift_factor)};
     grant.gone = session->gone.get_token();  // the session's close ends the lock: lost() at once
@@ -346,8 +347,9 @@ class AdvisoryBackend final : public Backend {
   const ClientOptions options_;
   SessionPool sessions_;
   WakeBoard unused_;
-  std::mutex mu_;
-  std::map<std::string, Holding> held_;  // GUARDED_BY(mu_): owner id -> where its lock lives
+  Mutex mu_;
+  std::map<std::string, Holding> held_
+      FENCELOCK_GUARDED_BY(mu_);  // owner id -> where its lock lives
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::detail::postgres {
 namespace {
@@ -203,7 +204,7 @@ bool recover_after_timeout(PGconn* c, Clock::time_point deadline) {
 
 Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (true) {
       if (!idle_.empty()) {
         ConnPtr c = std::move(idle_.back());
@@ -213,7 +214,9 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
       if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
       if (open_ < max_) break;
       // Every connection is busy: wait for one (the pool is bounded on purpose).
-      if (!returned_.wait_until(lock, deadline, [&] { return !idle_.empty() || open_ < max_; })) {
+      if (!returned_.wait_until(lock, deadline, [&]() FENCELOCK_REQUIRES(mu_) {
+            return !idle_.empty() || open_ < max_;
+          })) {
         return Status(Code::kDeadlineExceeded,
                       fmt::format("all {} pooled PostgreSQL connections stayed busy", max_));
       }
@@ -221,7 +224,7 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
     open_++;
   }
   auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (opened.ok()) {
     backoff_.connected();
     reconnects_.connected();
@@ -234,7 +237,7 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
 }
 
 void PgPool::checkin(ConnPtr c, bool healthy) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (healthy && PQstatus(c.get()) == CONNECTION_OK) {
     idle_.push_back(std::move(c));
   } else {

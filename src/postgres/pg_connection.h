@@ -14,12 +14,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "core/reconnects.h"
 
 namespace fencelock::detail::postgres {
@@ -78,11 +78,11 @@ class PgPool {
   const std::size_t max_;
   const milliseconds connect_timeout_;
   ReconnectCounter reconnects_;
-  std::mutex mu_;
-  std::condition_variable returned_;
-  std::vector<ConnPtr> idle_;  // GUARDED_BY(mu_)
-  std::size_t open_ = 0;       // GUARDED_BY(mu_): idle + checked out + being opened
-  ReconnectBackoff backoff_;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any returned_;
+  std::vector<ConnPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
+  std::size_t open_ FENCELOCK_GUARDED_BY(mu_) = 0;  // idle + checked out + being opened
+  ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 // Runs a statement on a pooled connection (checkout, execute, checkin).

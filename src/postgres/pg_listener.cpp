@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/mutex.h"
 #include "postgres/pg_connection.h"
 
 namespace fencelock::detail::postgres {
@@ -30,15 +31,16 @@ std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key) {
   std::call_once(started_,
                  [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
   {
-    std::unique_lock lock(mu_);
-    ready_.wait_for(lock, connect_timeout_, [&] { return listening_ || tried_; });
+    MutexLock lock(mu_);
+    ready_.wait_for(lock, connect_timeout_,
+                    [&]() FENCELOCK_REQUIRES(mu_) { return listening_ || tried_; });
   }
   return board_.watch(key);
 }
 
 void PgListener::set_state(bool listening) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     listening_ = listening;
     tried_ = true;
     ready_.notify_all();
@@ -72,7 +74,7 @@ void PgListener::run(std::stop_token stop) {
       }
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       tried_ = true;
       ready_.notify_all();
     }

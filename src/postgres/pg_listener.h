@@ -9,11 +9,11 @@
 
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "core/wake_board.h"
 
 namespace fencelock::detail::postgres {
@@ -34,10 +34,10 @@ class PgListener {
   const std::string conninfo_;
   const milliseconds connect_timeout_;
   WakeBoard board_;  // releases by key name
-  std::mutex mu_;
-  std::condition_variable ready_;
-  bool listening_ = false;  // GUARDED_BY(mu_)
-  bool tried_ = false;      // GUARDED_BY(mu_): one connection attempt finished
+  Mutex mu_;
+  std::condition_variable_any ready_;
+  bool listening_ FENCELOCK_GUARDED_BY(mu_) = false;
+  bool tried_ FENCELOCK_GUARDED_BY(mu_) = false;  // one connection attempt finished
   int wake_fd_ = -1;
   std::once_flag started_;
   std::jthread thread_;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "fencelock/fence.h"
+#include "fencelock/postgres_fence.h"
 #include "postgres_sql.h"
 
 namespace fencelock {
@@ -49,7 +50,7 @@ Status failure(PGconn* conn, PGresult* result, std::string_view what) {
 
 std::string_view PostgresFence::schema_sql() { return detail::postgres::sql::fence_schema; }
 
-Status PostgresFence::install(pg_conn* conn) {
+Status PostgresFence::install(PGconn* conn) {
   PGresult* result = PQexec(conn, std::string(schema_sql()).c_str());
   Status status = PQresultStatus(result) == PGRES_COMMAND_OK
                       ? Status::Ok()
@@ -58,7 +59,7 @@ Status PostgresFence::install(pg_conn* conn) {
   return status;
 }
 
-Status PostgresFence::check(pg_conn* conn, std::string_view resource, FencingToken token) {
+Status PostgresFence::check(PGconn* conn, std::string_view resource, FencingToken token) {
   switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
       break;

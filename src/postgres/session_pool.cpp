@@ -1,6 +1,7 @@
 #include "postgres/session_pool.h"
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::detail::postgres {
 
@@ -20,7 +21,7 @@ bool SessionPool::suitable(const Session& s, Need need, std::int64_t key) const 
 Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t key,
                                                        Clock::time_point deadline) {
   {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (true) {
       // Prefer sessions that already hold locks for tries, so that empty ones stay free for waits.
       std::shared_ptr<Session> pick;
@@ -33,7 +34,7 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
         return pick;
       }
       if (sessions_.size() + opening_ < max_) break;
-      if (!changed_.wait_until(lock, deadline, [&] {
+      if (!changed_.wait_until(lock, deadline, [&]() FENCELOCK_REQUIRES(mu_) {
             for (auto& s : sessions_) {
               if (suitable(*s, need, key)) return true;
             }
@@ -47,7 +48,7 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
     opening_++;
   }
   auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   opening_--;
   changed_.notify_all();
   if (!opened.ok()) {
@@ -64,7 +65,7 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
 
 Status SessionPool::checkout_this(const std::shared_ptr<Session>& session,
                                   Clock::time_point deadline) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   bool idle =
       changed_.wait_until(lock, deadline, [&] { return session->closed || !session->busy; });
   if (session->closed)
@@ -81,7 +82,7 @@ std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
   bool closed_now = false;
   std::vector<std::pair<std::int64_t, bool>> pending;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const bool healthy = PQstatus(session->conn.get()) == CONNECTION_OK;
     if (!broken && healthy && !session->pending_unlocks.empty()) {
       pending.swap(session->pending_unlocks);
@@ -110,7 +111,7 @@ std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
 
 bool SessionPool::defer_unlock(const std::shared_ptr<Session>& session, std::int64_t key,
                                bool shared) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (session->closed) return true;
   if (!session->busy) return false;
   session->pending_unlocks.emplace_back(key, shared);
@@ -118,12 +119,12 @@ bool SessionPool::defer_unlock(const std::shared_ptr<Session>& session, std::int
 }
 
 bool SessionPool::closed(const std::shared_ptr<Session>& session) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return session->closed;
 }
 
 void SessionPool::note_held(const std::shared_ptr<Session>& session, std::int64_t key, bool held) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (held) {
     session->held.insert(key);
   } else {

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -32,6 +31,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "postgres/pg_connection.h"
 
 namespace fencelock::detail::postgres {
@@ -88,10 +88,10 @@ class SessionPool {
   const std::size_t max_;
   const milliseconds connect_timeout_;
   ReconnectCounter reconnects_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::list<std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)
-  std::size_t opening_ = 0;                       // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable_any changed_;
+  std::list<std::shared_ptr<Session>> sessions_ FENCELOCK_GUARDED_BY(mu_);
+  std::size_t opening_ FENCELOCK_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fencelock::detail::postgres

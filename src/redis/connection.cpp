@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/log_internal.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail::redis {
 namespace {
@@ -181,7 +182,7 @@ Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadl
 
 Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!idle_.empty()) {
       ContextPtr c = std::move(idle_.back());
       idle_.pop_back();
@@ -190,7 +191,7 @@ Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
     if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
   }
   auto opened = open_context(spec_, deadline);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (opened.ok()) {
     backoff_.connected();
     reconnects_.connected();
@@ -201,7 +202,7 @@ Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
 }
 
 std::optional<ContextPtr> Instance::checkout_idle() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (idle_.empty()) return std::nullopt;
   ContextPtr c = std::move(idle_.back());
   idle_.pop_back();
@@ -209,13 +210,13 @@ std::optional<ContextPtr> Instance::checkout_idle() {
 }
 
 void Instance::connect_in_background() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (connecting_ || !backoff_.refusal(Clock::now()).ok()) return;
   connecting_ = true;
   if (connector_.joinable()) connector_.join();  // the previous one has finished
   connector_ = std::jthread([this] {
     auto opened = open_context(spec_, Clock::now() + spec_.connect_timeout);
-    std::lock_guard done(mu_);
+    MutexLock done(mu_);
     connecting_ = false;
     if (opened.ok()) {
       backoff_.connected();
@@ -229,12 +230,12 @@ void Instance::connect_in_background() {
 
 void Instance::checkin(ContextPtr context) {
   constexpr std::size_t kMaxIdle = 32;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(context));
 }
 
 void Instance::note_failure() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   idle_.clear();  // the server probably went away: drop connections that would fail the same way
   reconnects_.failed();
 }

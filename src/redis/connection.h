@@ -14,13 +14,13 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "core/reconnects.h"
 #include "core/uri.h"
 #include "fencelock/options.h"
@@ -101,12 +101,12 @@ class Instance {
  private:
   ConnectSpec spec_;
   ReconnectCounter reconnects_;
-  std::mutex mu_;
-  std::vector<ContextPtr> idle_;  // GUARDED_BY(mu_)
-  ReconnectBackoff backoff_;      // GUARDED_BY(mu_)
-  bool connecting_ = false;       // GUARDED_BY(mu_): a background connect is running
+  Mutex mu_;
+  std::vector<ContextPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
+  ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
+  bool connecting_ FENCELOCK_GUARDED_BY(mu_) = false;  // a background connect is running
   // Last member: destroyed (joined) first, while everything it uses still exists.
-  std::jthread connector_;  // GUARDED_BY(mu_)
+  std::jthread connector_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 // One instance's part of a fan-out: commands to send (pipelined) and, after fan_out(), either

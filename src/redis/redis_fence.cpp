@@ -2,10 +2,10 @@
 // reopened after a failure. The guards are fence_set.lua (write) and fence_get.lua (fenced read),
 // run with EVALSHA (loaded on connect); a NOSCRIPT reply (SCRIPT FLUSH, a restarted server
 // reached by an old connection) is answered by EVAL of the full script, which reloads it.
-#include <mutex>
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "core/token_text.h"
 #include "core/uri.h"
 #include "fencelock/fence.h"
@@ -19,12 +19,12 @@ namespace redis = detail::redis;
 struct RedisFence::Impl {
   redis::ConnectSpec spec;
   ClientOptions options;
-  std::mutex mu;
-  redis::ContextPtr context;  // GUARDED_BY(mu); null after a failure
+  detail::Mutex mu;
+  redis::ContextPtr context FENCELOCK_GUARDED_BY(mu);  // null after a failure
 
   // Runs one command; reconnects first when needed. kUnavailable on I/O failure.
   Result<redis::Reply> command(const std::vector<std::string>& args) {
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(mu);
     const auto deadline = detail::Clock::now() + options.connect_timeout + options.io_timeout;
     if (!context) {
       auto opened = redis::open_context(spec, deadline);
@@ -93,7 +93,10 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
       !policy.ok()) {
     return policy;
   }
-  impl->context = std::move(*opened);
+  {
+    detail::MutexLock lock(impl->mu);  // not shared yet; the lock is for the analysis
+    impl->context = std::move(*opened);
+  }
   return RedisFence(std::move(impl));
 }
 
@@ -144,7 +147,8 @@ Status check_shape(const redisReply* r) {
 }
 }  // namespace
 
-Status RedisFence::set(std::string_view key, std::string_view value, FencingToken token) {
+Status RedisFence::set(const ResourceKey& resource, std::string_view value, FencingToken token) {
+  std::string_view key = resource.str();
   if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->run_script(
       detail::lua::fence_set, detail::lua::fence_set_sha1,
@@ -158,7 +162,9 @@ Status RedisFence::set(std::string_view key, std::string_view value, FencingToke
   return stale_token(token, *highest);
 }
 
-Result<std::optional<std::string>> RedisFence::get(std::string_view key, FencingToken token) {
+Result<std::optional<std::string>> RedisFence::get(const ResourceKey& resource,
+                                                   FencingToken token) {
+  std::string_view key = resource.str();
   if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
                                  {std::string(key), fence_key(key), std::to_string(token.value())});
@@ -180,7 +186,8 @@ Result<std::optional<std::string>> RedisFence::get(std::string_view key, Fencing
   return std::optional<std::string>(text(r->element[1]));
 }
 
-Result<std::optional<std::string>> RedisFence::peek(std::string_view key) {
+Result<std::optional<std::string>> RedisFence::peek(const ResourceKey& resource) {
+  std::string_view key = resource.str();
   if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->command({"GET", std::string(key)});
   if (!reply.ok()) return reply.status();
@@ -191,7 +198,8 @@ Result<std::optional<std::string>> RedisFence::peek(std::string_view key) {
   return std::optional<std::string>(text(reply->get()));
 }
 
-Result<FencingToken> RedisFence::highest(std::string_view key) {
+Result<FencingToken> RedisFence::highest(const ResourceKey& resource) {
+  std::string_view key = resource.str();
   if (Status st = check_data_key(key); !st.ok()) return st;
   auto reply = impl_->command({"GET", fence_key(key)});
   if (!reply.ok()) return reply.status();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include "core/mutex.h"
 
 namespace fencelock::detail::redis {
 
@@ -26,8 +27,8 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
   {
     // Wait until every instance was tried once and every connected one confirmed (instances that
     // are down cannot publish to us either; the holder's TTL is the fallback for them).
-    std::unique_lock lock(mu_);
-    ready_.wait_for(lock, confirm_timeout_, [&] {
+    MutexLock lock(mu_);
+    ready_.wait_for(lock, confirm_timeout_, [&]() FENCELOCK_REQUIRES(mu_) {
       return attempted_.size() == instances_.size() &&
              std::includes(subscribed_on_.begin(), subscribed_on_.end(), connected_.begin(),
                            connected_.end());
@@ -37,7 +38,7 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
 }
 
 void ReleaseHub::on_subscribed(int instance) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   subscribed_on_.insert(instance);
   ready_.notify_all();
 }
@@ -45,14 +46,14 @@ void ReleaseHub::on_subscribed(int instance) {
 void ReleaseHub::on_message(const std::string& payload) { board_.notify(payload); }
 
 void ReleaseHub::on_connect_failed(int instance) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   attempted_.insert(instance);
   ready_.notify_all();
 }
 
 void ReleaseHub::on_connection(int instance, bool up) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     attempted_.insert(instance);
     if (up) {
       connected_.insert(instance);

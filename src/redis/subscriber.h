@@ -18,7 +18,6 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/mutex.h"
 #include "core/wake_board.h"
 #include "redis/connection.h"
 
@@ -57,12 +57,12 @@ class ReleaseHub {
   const milliseconds confirm_timeout_;
   const std::vector<ConnectSpec> instances_;
   WakeBoard board_;  // wake-ups by owner id
-  mutable std::mutex mu_;
-  std::condition_variable ready_;
-  std::set<int> subscribed_on_;  // GUARDED_BY(mu_)
-  std::set<int> connected_;      // GUARDED_BY(mu_)
-  std::set<int> attempted_;      // GUARDED_BY(mu_): instances tried at least once
-  std::once_flag started_;       // subscriber threads start with the first watch
+  mutable Mutex mu_;
+  std::condition_variable_any ready_;
+  std::set<int> subscribed_on_ FENCELOCK_GUARDED_BY(mu_);
+  std::set<int> connected_ FENCELOCK_GUARDED_BY(mu_);
+  std::set<int> attempted_ FENCELOCK_GUARDED_BY(mu_);  // instances tried at least once
+  std::once_flag started_;  // subscriber threads start with the first watch
   std::vector<std::unique_ptr<Subscriber>> subscribers_;
 };
 

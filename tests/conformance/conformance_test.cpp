@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "conformance/harness.h"
 #include "core/client_core.h"
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "support/lost_probe.h"
 #include "support/process.h"
@@ -127,7 +127,7 @@ TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
   std::vector<Client> clients;
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("fencing/contended");
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> order;  // tokens in the order the critical sections ran
   std::atomic<int> failures{0};
   std::vector<std::jthread> threads;
@@ -140,7 +140,7 @@ TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
           continue;
         }
         {
-          std::lock_guard lock(mu);
+          fencelock::detail::MutexLock lock(mu);
           order.push_back(lease->token().value());
         }
         (void)lease->release();
@@ -364,14 +364,14 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
   auto k = this->key(name);
   auto lease = holder.acquire(k, {.ttl = 30s});
   ASSERT_TRUE(lease.ok());
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> tokens;
   std::vector<std::jthread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       auto mine = waiters.acquire(k, {.ttl = 10s, .wait = 30s});
       if (!mine.ok()) return;
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       tokens.push_back(mine->token().value());
     });
   }

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/client_core.h"
+#include "core/mutex.h"
 #include "fencelock/election.h"
 #include "support/etcd_cluster.h"
 #include "support/process.h"
@@ -37,25 +37,25 @@ std::vector<std::string> lines_of(const std::string& text) {
 class Observed {
  public:
   void add(const std::optional<LeaderInfo>& leader) {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     values_.push_back(leader ? leader->value : "-");
     if (leader) tokens_.push_back(leader->token.value());
   }
   std::vector<std::string> values() const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return values_;
   }
   std::vector<std::uint64_t> tokens() const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return tokens_;
   }
   bool last_is(const std::string& value) const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return !values_.empty() && values_.back() == value;
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable fencelock::detail::Mutex mu_;
   std::vector<std::string> values_;
   std::vector<std::uint64_t> tokens_;
 };

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -19,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "core/mutex.h"
 #include "etcd/etcd_keys.h"
 #include "fencelock/client.h"
 #include "fencelock/election.h"
@@ -299,7 +299,7 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
   auto lease = holder.acquire(key, {.ttl = 6s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   std::atomic<int> inside{0}, overlaps{0};
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> tokens{lease->token().value()};
   std::vector<std::jthread> threads;
   for (auto& waiter : waiters) {
@@ -308,7 +308,7 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
       if (!mine.ok()) return;
       if (inside.fetch_add(1) != 0) overlaps++;
       {
-        std::lock_guard lock(mu);
+        fencelock::detail::MutexLock lock(mu);
         tokens.push_back(mine->token().value());
       }
       std::this_thread::sleep_for(50ms);  // the critical section
@@ -390,14 +390,14 @@ TEST_F(EtcdIntegration, WaitersOfSeveralClientsAreGrantedInArrivalOrder) {
   const auto key = *LockKey::make("fifo");
   auto lease = holder.acquire(key, {.ttl = 30s});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<int> order;
   std::vector<std::jthread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
       auto mine = clients[static_cast<std::size_t>(i)].acquire(key, {.ttl = 10s, .wait = 30s});
       if (!mine.ok()) return;
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       order.push_back(i);
     });
     // The next waiter queues only once this one has its key.

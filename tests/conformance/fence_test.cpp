@@ -16,6 +16,7 @@
 #include "core/client_core.h"
 #include "fencelock/client.h"
 #include "fencelock/fence.h"
+#include "fencelock/postgres_fence.h"
 #include "support/etcd_cluster.h"
 #include "support/postgres_server.h"
 #include "support/redis_server.h"
@@ -68,22 +69,22 @@ TEST(RedisFence, WritesOnlyWithTheNewestTokenAndComparesEveryUint64Exactly) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri());
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("account", "100", T(5)).ok());
-  Status stale = fence->set("account", "666", T(4));
+  ASSERT_TRUE(fence->set(ResourceKey("account"), "100", T(5)).ok());
+  Status stale = fence->set(ResourceKey("account"), "666", T(4));
   EXPECT_EQ(stale.code(), Code::kFenced);
   EXPECT_EQ(stale.message(), "rejected: stale token 4 < 5");
-  EXPECT_EQ(fence->peek("account")->value_or("missing"), "100");
-  EXPECT_TRUE(fence->set("account", "101", T(5)).ok());
-  EXPECT_EQ(fence->peek("account")->value_or("missing"), "101");
-  EXPECT_EQ(*fence->highest("account"), T(5));
-  EXPECT_EQ(*fence->highest("other"), T(0));
+  EXPECT_EQ(fence->peek(ResourceKey("account"))->value_or("missing"), "100");
+  EXPECT_TRUE(fence->set(ResourceKey("account"), "101", T(5)).ok());
+  EXPECT_EQ(fence->peek(ResourceKey("account"))->value_or("missing"), "101");
+  EXPECT_EQ(*fence->highest(ResourceKey("account")), T(5));
+  EXPECT_EQ(*fence->highest(ResourceKey("other")), T(0));
 
   // 2^53 + 1 and 2^53 are the same double: the script must compare digits, not numbers.
-  ASSERT_TRUE(fence->set("big", "a", T(9007199254740993ULL)).ok());
-  EXPECT_EQ(fence->set("big", "b", T(9007199254740992ULL)).code(), Code::kFenced);
-  EXPECT_TRUE(fence->set("big", "c", T(18446744073709551615ULL)).ok());
-  EXPECT_EQ(fence->set("big", "d", T(18446744073709551614ULL)).code(), Code::kFenced);
-  EXPECT_EQ(fence->peek("big")->value_or("missing"), "c");
+  ASSERT_TRUE(fence->set(ResourceKey("big"), "a", T(9007199254740993ULL)).ok());
+  EXPECT_EQ(fence->set(ResourceKey("big"), "b", T(9007199254740992ULL)).code(), Code::kFenced);
+  EXPECT_TRUE(fence->set(ResourceKey("big"), "c", T(18446744073709551615ULL)).ok());
+  EXPECT_EQ(fence->set(ResourceKey("big"), "d", T(18446744073709551614ULL)).code(), Code::kFenced);
+  EXPECT_EQ(fence->peek(ResourceKey("big"))->value_or("missing"), "c");
 
   EXPECT_EQ(RedisFence::connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").code(),
             Code::kInvalidArgument);
@@ -102,7 +103,7 @@ TEST(RedisFence, TheDatabaseNumberIsReadAsTheBackendReadsIt) {
   }
   auto fence = RedisFence::connect(server->uri() + "/3");
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("db-check", "1", T(1)).ok());
+  ASSERT_TRUE(fence->set(ResourceKey("db-check"), "1", T(1)).ok());
   EXPECT_EQ(server->command({"EVAL", "redis.call('SELECT', 3) return redis.call('GET', KEYS[1])",
                              "1", "fencelock:fence:db-check"}),
             "1");
@@ -113,15 +114,15 @@ TEST(RedisFence, AKilledServerIsUnavailableAndTheNextCallReconnects) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri(), {.connect_timeout = 300ms, .io_timeout = 300ms});
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("k", "1", T(1)).ok());
+  ASSERT_TRUE(fence->set(ResourceKey("k"), "1", T(1)).ok());
   server->restart();
   // The old connection is gone: the first call may fail, never with kFenced or kInternal.
-  Status first = fence->set("k", "2", T(2));
+  Status first = fence->set(ResourceKey("k"), "2", T(2));
   if (!first.ok()) {
     EXPECT_EQ(first.code(), Code::kUnavailable) << first.to_string();
-    EXPECT_TRUE(fence->set("k", "2", T(2)).ok());
+    EXPECT_TRUE(fence->set(ResourceKey("k"), "2", T(2)).ok());
   }
-  EXPECT_EQ(fence->peek("k")->value_or("missing"), "2");
+  EXPECT_EQ(fence->peek(ResourceKey("k"))->value_or("missing"), "2");
 }
 
 // The lost update a write-only fence allows: A (token 1) reads 10, A's lock expires, B (token 2)
@@ -131,28 +132,28 @@ TEST(RedisFence, AFencedReadRefusesTheOlderHoldersWriteSoNoIncrementIsLost) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri());
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("counter", "10", T(1)).ok());
+  ASSERT_TRUE(fence->set(ResourceKey("counter"), "10", T(1)).ok());
 
-  auto a_read = fence->get("counter", T(1));
+  auto a_read = fence->get(ResourceKey("counter"), T(1));
   ASSERT_TRUE(a_read.ok()) << a_read.status().to_string();
   EXPECT_EQ(a_read->value_or("missing"), "10");
-  auto b_read = fence->get("counter", T(2));
+  auto b_read = fence->get(ResourceKey("counter"), T(2));
   ASSERT_TRUE(b_read.ok()) << b_read.status().to_string();
   EXPECT_EQ(b_read->value_or("missing"), "10");
-  EXPECT_EQ(*fence->highest("counter"), T(2)) << "the read must admit its token";
-  Status a_write = fence->set("counter", "11", T(1));
+  EXPECT_EQ(*fence->highest(ResourceKey("counter")), T(2)) << "the read must admit its token";
+  Status a_write = fence->set(ResourceKey("counter"), "11", T(1));
   EXPECT_EQ(a_write.code(), Code::kFenced) << a_write.to_string();
   EXPECT_EQ(a_write.message(), "rejected: stale token 1 < 2");
-  EXPECT_TRUE(fence->set("counter", "11", T(2)).ok());
-  EXPECT_EQ(fence->peek("counter")->value_or("missing"), "11");
+  EXPECT_TRUE(fence->set(ResourceKey("counter"), "11", T(2)).ok());
+  EXPECT_EQ(fence->peek(ResourceKey("counter"))->value_or("missing"), "11");
 
   // A stale read is refused too, and a read of a missing key is admitted with no value.
-  auto stale = fence->get("counter", T(1));
+  auto stale = fence->get(ResourceKey("counter"), T(1));
   EXPECT_EQ(stale.code(), Code::kFenced) << stale.status().to_string();
-  auto missing = fence->get("nothing-here", T(7));
+  auto missing = fence->get(ResourceKey("nothing-here"), T(7));
   ASSERT_TRUE(missing.ok()) << missing.status().to_string();
   EXPECT_FALSE(missing->has_value());
-  EXPECT_EQ(*fence->highest("nothing-here"), T(7));
+  EXPECT_EQ(*fence->highest(ResourceKey("nothing-here")), T(7));
   EXPECT_NE(RedisFence::read_script().find("KEYS[2]"), std::string_view::npos);
 }
 
@@ -199,10 +200,10 @@ TEST(RedisFence, AMalformedFenceRecordIsAnInternalErrorAndNothingIsWritten) {
   for (const char* record : {"abc", "-1", "007", "18446744073709551616"}) {
     server->command({"SET", "fencelock:fence:acct", record});
     server->command({"SET", "acct", "before"});
-    Status wrote = fence->set("acct", "after", T(5));
+    Status wrote = fence->set(ResourceKey("acct"), "after", T(5));
     EXPECT_EQ(wrote.code(), Code::kInternal) << record << ": " << wrote.to_string();
-    EXPECT_EQ(fence->get("acct", T(5)).code(), Code::kInternal) << record;
-    EXPECT_EQ(fence->highest("acct").code(), Code::kInternal) << record;
+    EXPECT_EQ(fence->get(ResourceKey("acct"), T(5)).code(), Code::kInternal) << record;
+    EXPECT_EQ(fence->highest(ResourceKey("acct")).code(), Code::kInternal) << record;
     EXPECT_EQ(server->command({"GET", "acct"}), "before") << record;
     EXPECT_EQ(server->command({"GET", "fencelock:fence:acct"}), record);
   }
@@ -215,18 +216,18 @@ TEST(RedisFence, RefusesDataKeysInFencelocksOwnNamespace) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri());
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("acct", "1", T(10)).ok());
+  ASSERT_TRUE(fence->set(ResourceKey("acct"), "1", T(10)).ok());
   for (const char* key : {"fencelock:fence:acct", "fencelock:{jobs}:fence", "fencelock:x"}) {
-    EXPECT_EQ(fence->set(key, "0", T(1)).code(), Code::kInvalidArgument) << key;
-    EXPECT_EQ(fence->get(key, T(1)).code(), Code::kInvalidArgument) << key;
-    EXPECT_EQ(fence->peek(key).code(), Code::kInvalidArgument) << key;
+    EXPECT_EQ(fence->set(ResourceKey(key), "0", T(1)).code(), Code::kInvalidArgument) << key;
+    EXPECT_EQ(fence->get(ResourceKey(key), T(1)).code(), Code::kInvalidArgument) << key;
+    EXPECT_EQ(fence->peek(ResourceKey(key)).code(), Code::kInvalidArgument) << key;
     const std::string reply = server->command({"EVAL", std::string(RedisFence::script()), "2", key,
                                                std::string("fencelock:fence:") + key, "1", "0"});
     EXPECT_NE(reply.find("namespace"), std::string::npos) << key << ": " << reply;
   }
   EXPECT_EQ(server->command({"GET", "fencelock:fence:acct"}), "10");
-  EXPECT_EQ(fence->set("acct", "stale", T(5)).code(), Code::kFenced);
-  EXPECT_EQ(fence->set("", "x", T(11)).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fence->set(ResourceKey("acct"), "stale", T(5)).code(), Code::kFenced);
+  EXPECT_EQ(fence->set(ResourceKey(""), "x", T(11)).code(), Code::kInvalidArgument);
 }
 
 // SCRIPT FLUSH (or a restarted server behind an old connection) empties the script cache: the
@@ -235,15 +236,15 @@ TEST(RedisFence, KeepsWorkingAfterScriptFlush) {
   auto server = RedisServer::start();
   auto fence = RedisFence::connect(server->uri());
   ASSERT_TRUE(fence.ok()) << fence.status().to_string();
-  ASSERT_TRUE(fence->set("k", "1", T(1)).ok());
+  ASSERT_TRUE(fence->set(ResourceKey("k"), "1", T(1)).ok());
   ASSERT_EQ(server->command({"SCRIPT", "FLUSH"}), "OK");
-  Status after = fence->set("k", "2", T(2));
+  Status after = fence->set(ResourceKey("k"), "2", T(2));
   EXPECT_TRUE(after.ok()) << after.to_string();
   ASSERT_EQ(server->command({"SCRIPT", "FLUSH"}), "OK");
-  auto read = fence->get("k", T(2));
+  auto read = fence->get(ResourceKey("k"), T(2));
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_EQ(read->value_or("missing"), "2");
-  EXPECT_EQ(fence->set("k", "3", T(1)).code(), Code::kFenced);
+  EXPECT_EQ(fence->set(ResourceKey("k"), "3", T(1)).code(), Code::kFenced);
 }
 
 class PgConn {
@@ -434,7 +435,7 @@ TEST(EtcdFence, APausedHolderPastItsTtlIsRefusedByTheTxnAndTheNextHolderWrites) 
   const auto key = *LockKey::make("fenced");
   auto old_lease = first->acquire(key, {.ttl = 2s});
   ASSERT_TRUE(old_lease.ok()) << old_lease.status().to_string();
-  ASSERT_TRUE(etcd_fenced_put(*old_lease, "resource", "from-first").ok());
+  ASSERT_TRUE(etcd_fenced_put(*old_lease, ResourceKey("resource"), "from-first").ok());
 
   detail::ClientAccess::core(*first).renewer().pause_renewals_for_testing(true);  // the pause
   auto new_lease = second->acquire(key, {.ttl = 5s, .wait = 20s});
@@ -442,18 +443,18 @@ TEST(EtcdFence, APausedHolderPastItsTtlIsRefusedByTheTxnAndTheNextHolderWrites) 
   EXPECT_TRUE(old_lease->is_lost());
   EXPECT_GT(new_lease->token(), old_lease->token());
 
-  Status stale = etcd_fenced_put(*old_lease, "resource", "from-first-after-pause");
+  Status stale = etcd_fenced_put(*old_lease, ResourceKey("resource"), "from-first-after-pause");
   EXPECT_EQ(stale.code(), Code::kFenced) << stale.to_string();
   EXPECT_EQ(stale.message(), fmt::format("rejected: stale token {} < {}",
                                          old_lease->token().value(), new_lease->token().value()));
-  ASSERT_TRUE(etcd_fenced_put(*new_lease, "resource", "from-second").ok());
+  ASSERT_TRUE(etcd_fenced_put(*new_lease, ResourceKey("resource"), "from-second").ok());
   EXPECT_EQ(cluster->etcdctl({"get", "resource", "--print-value-only"}), "from-second\n");
   detail::ClientAccess::core(*first).renewer().pause_renewals_for_testing(false);
 
   auto memory = Client::connect("memory://");
   auto other = memory->acquire(key);
   ASSERT_TRUE(other.ok());
-  EXPECT_EQ(etcd_fenced_put(*other, "resource", "x").code(), Code::kInvalidArgument);
+  EXPECT_EQ(etcd_fenced_put(*other, ResourceKey("resource"), "x").code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -19,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "postgres/advisory_key.h"
 #include "postgres/pg_connection.h"
@@ -141,7 +141,7 @@ TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
   ASSERT_TRUE(held.ok());
   std::vector<Client> clients;
   for (int i = 0; i < kWaiters; ++i) clients.push_back(connect());
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<int> order;
   std::vector<std::uint64_t> tokens;
   std::vector<std::jthread> threads;
@@ -150,7 +150,7 @@ TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
       auto lease =
           clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
       if (!lease.ok()) return;
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       order.push_back(i);
       tokens.push_back(lease->token().value());
     });
@@ -195,7 +195,7 @@ TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
   Client waiters = connect("&pool=8");
   std::atomic<int> served{0};
   std::vector<std::string> failures;
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::jthread> threads;
   for (int i = 0; i < kKeys; ++i) {
     threads.emplace_back([&, i] {
@@ -204,7 +204,7 @@ TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
         served++;
         return;
       }
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       failures.push_back(lease.status().to_string());
     });
   }

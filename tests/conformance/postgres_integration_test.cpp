@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "fencelock/log.h"
 #include "fencelock/migrate.h"
@@ -162,10 +162,10 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
               << refused.status().message();
         }
         std::vector<std::string> warnings;
-        std::mutex warnings_mu;
+        fencelock::detail::Mutex warnings_mu;
         set_log_sink(
             [&](LogLevel, std::string_view message) {
-              std::lock_guard lock(warnings_mu);
+              fencelock::detail::MutexLock lock(warnings_mu);
               warnings.emplace_back(message);
             },
             LogLevel::kWarning);

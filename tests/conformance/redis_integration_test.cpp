@@ -12,7 +12,6 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -23,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "core/client_core.h"
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "fencelock/fence.h"
 #include "fencelock/log.h"
@@ -154,23 +154,23 @@ TEST(RedisEviction, AnEvictingPolicyIsRefusedAtConnectUnlessTheUriAcceptsIt) {
 // accepted silently): 2 tolerate no failure, 4 no more than 3 would.
 TEST(RedlockConnect, FewerThanThreeOrAnEvenNumberOfInstancesIsAcceptedWithOneWarning) {
   auto cluster = RedisCluster::start(4);
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::string> warnings;
   auto connect_and_collect = [&](const std::string& uri) {
     {
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       warnings.clear();
     }
     set_log_sink(
         [&](LogLevel, std::string_view text) {
-          std::lock_guard lock(mu);
+          fencelock::detail::MutexLock lock(mu);
           warnings.emplace_back(text);
         },
         LogLevel::kWarning);
     auto client = Client::connect(uri);
     set_log_sink({});
     EXPECT_TRUE(client.ok()) << uri << ": " << client.status().to_string();
-    std::lock_guard lock(mu);
+    fencelock::detail::MutexLock lock(mu);
     return warnings;
   };
   const std::string four = cluster->redlock_uri();
@@ -192,11 +192,11 @@ TEST(RedisEviction, APolicyThatCannotBeReadIsAWarningNotARefusal) {
   ASSERT_EQ(
       server->command({"ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config"}),
       "OK");
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<std::string> warnings;
   set_log_sink(
       [&](LogLevel, std::string_view text) {
-        std::lock_guard lock(mu);
+        fencelock::detail::MutexLock lock(mu);
         warnings.emplace_back(text);
       },
       LogLevel::kWarning);
@@ -404,7 +404,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
     while (queued() != n && Clock::now() < until) std::this_thread::sleep_for(2ms);
     return queued() == n;
   };
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::vector<int> order;
   std::vector<std::jthread> threads;
   for (int i = 0; i < kWaiters; ++i) {
@@ -412,7 +412,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
       auto lease =
           clients[static_cast<std::size_t>(i)].acquire(key("fifo"), {.ttl = 5s, .wait = 30s});
       if (!lease.ok()) return;
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       order.push_back(i);
     });
     ASSERT_TRUE(wait_for_queue(i + 1)) << "waiter " << i << " did not queue";

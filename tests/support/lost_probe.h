@@ -3,9 +3,9 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <optional>
 
+#include "core/mutex.h"
 #include "fencelock/lease.h"
 
 namespace fencelock::testing {
@@ -16,24 +16,24 @@ class LostProbe {
 
   explicit LostProbe(Lease& lease) {
     lease.on_lost([this] {
-      std::lock_guard lock(mu_);
+      fencelock::detail::MutexLock lock(mu_);
       fired_at_ = Clock::now();
       cv_.notify_all();
     });
   }
   // Whether lost() fired within `limit`.
   bool wait(std::chrono::milliseconds limit) {
-    std::unique_lock lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return cv_.wait_for(lock, limit, [&] { return fired_at_.has_value(); });
   }
   std::optional<Clock::time_point> fired_at() {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return fired_at_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
+  fencelock::detail::Mutex mu_;
+  std::condition_variable_any cv_;
   std::optional<Clock::time_point> fired_at_;
 };
 

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <future>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <thread>
@@ -13,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/mutex.h"
 #include "support/process.h"
 #include "unit/printers.h"
 
@@ -89,14 +89,14 @@ TEST(LocalQueue, ThreadsEnterInTheOrderTheyJoinedTheLine) {
     ASSERT_TRUE(t.ok());
     head.emplace(std::move(*t));
   }
-  std::mutex order_mu;
+  fencelock::detail::Mutex order_mu;
   std::vector<int> order;
   std::vector<std::jthread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
       auto t = queue.enter("k", far_future(), {});
       ASSERT_TRUE(t.ok());
-      std::lock_guard lock(order_mu);
+      fencelock::detail::MutexLock lock(order_mu);
       order.push_back(i);
     });  // the ticket is destroyed here, letting the next thread in
     // Thread i+1 starts only once thread i is counted in the line: the joining order is known.

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +19,7 @@
 #include "core/lease_state.h"
 #include "core/log_internal.h"
 #include "core/metrics.h"
+#include "core/mutex.h"
 #include "core/renewer.h"
 #include "fencelock/client.h"
 #include "unit/printers.h"
@@ -48,7 +48,7 @@ class Collector {
  public:
   LogSink sink() {
     return [this](LogLevel level, std::string_view text) {
-      std::lock_guard lock(mu_);
+      fencelock::detail::MutexLock lock(mu_);
       messages_.push_back({level, std::string(text)});
       changed_.notify_all();
     };
@@ -57,9 +57,9 @@ class Collector {
   // The first message at `level` containing `part`, waiting up to `bound`; nullopt if none came.
   std::optional<Message> wait_for(LogLevel level, const std::string& part,
                                   std::chrono::milliseconds bound = kEventBound) {
-    std::unique_lock lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     std::optional<Message> found;
-    changed_.wait_for(lock, bound, [&] {
+    changed_.wait_for(lock, bound, [&]() FENCELOCK_REQUIRES(mu_) {
       for (const Message& m : messages_) {
         if (m.level == level && m.text.find(part) != std::string::npos) found = m;
       }
@@ -69,14 +69,14 @@ class Collector {
   }
 
   std::vector<Message> messages() const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return messages_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::vector<Message> messages_;  // GUARDED_BY(mu_)
+  mutable fencelock::detail::Mutex mu_;
+  std::condition_variable_any changed_;
+  std::vector<Message> messages_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 // Installs a sink for one test (none if `collector` is null) and removes whatever sink is set at
@@ -161,16 +161,16 @@ TEST(Log, NothingReachesARemovedSinkWhenALeaseIsLost) {
   Client client = connect("memory://log-silent");
   auto lease = client.acquire(*LockKey::make("log/silent"), {.ttl = 40ms, .renew = false});
   ASSERT_TRUE(lease.ok());
-  std::mutex mu;
-  std::condition_variable lost;
+  fencelock::detail::Mutex mu;
+  std::condition_variable_any lost;
   bool fired = false;
   lease->on_lost([&] {
-    std::lock_guard lock(mu);
+    fencelock::detail::MutexLock lock(mu);
     fired = true;
     lost.notify_all();
   });
   {
-    std::unique_lock lock(mu);
+    fencelock::detail::MutexLock lock(mu);
     ASSERT_TRUE(lost.wait_for(lock, kEventBound, [&] { return fired; })) << "never lost";
   }
   ASSERT_EQ(client.metrics().losses, 1u);

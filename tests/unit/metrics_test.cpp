@@ -30,9 +30,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Generous bound for events that should happen within milliseconds; only reached on failure.
-constexpr auto kEventBound = 10s;
-
 Client connect(const std::string& uri) {
   auto client = Client::connect(uri);
   EXPECT_TRUE(client.ok()) << client.status().to_string();

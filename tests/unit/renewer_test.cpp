@@ -12,7 +12,6 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -22,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "core/lease_state.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 namespace {
@@ -42,7 +42,7 @@ class FakeBackend final : public Backend {
   using Decide = std::function<RenewOutcome(const RenewItem&)>;
 
   void answer_with(Decide decide) {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     decide_ = std::move(decide);
   }
 
@@ -55,7 +55,7 @@ class FakeBackend final : public Backend {
   static RenewOutcome unknown(const RenewItem&) { return RenewOutcome{RenewOutcome::kUnknown, {}}; }
 
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     RenewCall call{Clock::now(), {}};
     std::vector<RenewOutcome> out;
     for (const RenewItem& item : items) {
@@ -69,15 +69,16 @@ class FakeBackend final : public Backend {
 
   // Blocks until at least `n` renew_all calls were made (or the bound passes). True when made.
   bool wait_for_calls(std::size_t n) {
-    std::unique_lock lock(mu_);
-    return changed_.wait_for(lock, kEventBound, [&] { return calls_.size() >= n; });
+    fencelock::detail::MutexLock lock(mu_);
+    return changed_.wait_for(lock, kEventBound,
+                             [&]() FENCELOCK_REQUIRES(mu_) { return calls_.size() >= n; });
   }
 
   // Blocks until a call satisfying `pred` was made. Its index, or nullopt at the bound.
   std::optional<std::size_t> wait_for_call(const std::function<bool(const RenewCall&)>& pred) {
-    std::unique_lock lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     std::optional<std::size_t> found;
-    changed_.wait_for(lock, kEventBound, [&] {
+    changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) {
       for (std::size_t i = 0; i < calls_.size(); ++i) {
         if (pred(calls_[i])) {
           found = i;
@@ -90,7 +91,7 @@ class FakeBackend final : public Backend {
   }
 
   std::vector<RenewCall> calls() const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return calls_;
   }
 
@@ -112,10 +113,10 @@ class FakeBackend final : public Backend {
   std::string describe() const override { return "fake://"; }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  Decide decide_ = renewed;       // GUARDED_BY(mu_)
-  std::vector<RenewCall> calls_;  // GUARDED_BY(mu_)
+  mutable fencelock::detail::Mutex mu_;
+  std::condition_variable_any changed_;
+  Decide decide_ FENCELOCK_GUARDED_BY(mu_) = renewed;
+  std::vector<RenewCall> calls_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 bool contains(const RenewCall& call, const std::string& key) {
@@ -138,27 +139,28 @@ class LostProbe {
  public:
   explicit LostProbe(const LeaseState& lease)
       : callback_(lease.lost_source.get_token(), std::function<void()>([this] {
-                    std::lock_guard lock(mu_);
+                    fencelock::detail::MutexLock lock(mu_);
                     fired_at_ = Clock::now();
                     fired_.notify_all();
                   })) {}
 
   // When lost() fired, or nullopt if it did not within the bound.
   std::optional<Clock::time_point> wait() {
-    std::unique_lock lock(mu_);
-    fired_.wait_for(lock, kEventBound, [&] { return fired_at_.has_value(); });
+    fencelock::detail::MutexLock lock(mu_);
+    fired_.wait_for(lock, kEventBound,
+                    [&]() FENCELOCK_REQUIRES(mu_) { return fired_at_.has_value(); });
     return fired_at_;
   }
 
   bool fired() const {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     return fired_at_.has_value();
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable fired_;
-  std::optional<Clock::time_point> fired_at_;           // GUARDED_BY(mu_)
+  mutable fencelock::detail::Mutex mu_;
+  std::condition_variable_any fired_;
+  std::optional<Clock::time_point> fired_at_ FENCELOCK_GUARDED_BY(mu_);
   std::stop_callback<std::function<void()>> callback_;  // last: registered once the rest exists
 };
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "core/token_text.h"
+#include "fencelock/fence.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
 #include "unit/printers.h"
@@ -219,6 +220,23 @@ TEST(Result, MovesItsValueOut) {
   EXPECT_EQ(r->size(), 7u);
   std::string taken = std::move(r).value();
   EXPECT_EQ(taken, "payload");
+}
+
+// The redis-plus-plus bug (a key passed where the value belongs) must not compile: a fence's key
+// is a ResourceKey, which neither a string nor a string_view converts to implicitly, nor it to
+// them, so RedisFence::set(value, key, token) and etcd_fenced_put(lease, value, key) are errors.
+TEST(ResourceKey, AKeyAndAValueCannotBeSwappedInAFenceCall) {
+  static_assert(!std::is_convertible_v<std::string_view, ResourceKey>);
+  static_assert(!std::is_convertible_v<std::string, ResourceKey>);
+  static_assert(!std::is_convertible_v<ResourceKey, std::string_view>);
+  static_assert(std::is_invocable_v<decltype(&RedisFence::set), RedisFence&, ResourceKey,
+                                    std::string_view, FencingToken>);
+  static_assert(!std::is_invocable_v<decltype(&RedisFence::set), RedisFence&, std::string_view,
+                                     ResourceKey, FencingToken>);
+  static_assert(!std::is_invocable_v<decltype(&etcd_fenced_put), const Lease&, std::string_view,
+                                     ResourceKey>);
+  EXPECT_EQ(ResourceKey("accounts/42").str(), "accounts/42");
+  EXPECT_NE(ResourceKey("a"), ResourceKey("b"));
 }
 
 }  // namespace

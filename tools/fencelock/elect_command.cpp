@@ -5,7 +5,6 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <optional>
 
 #include <fmt/format.h>
@@ -15,6 +14,7 @@
 #include "backend_choice.h"
 #include "connect_warnings.h"
 #include "core/duration.h"
+#include "core/mutex.h"
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/election.h"
@@ -59,13 +59,13 @@ int fail_with(const Reporter& reporter, const Status& status, const std::string&
 
 // Blocks until the leadership is lost or `stop` fires.
 void hold(const Leadership& leadership, std::stop_token stop) {
-  std::mutex mu;
+  fencelock::detail::Mutex mu;
   std::condition_variable_any cv;
   std::stop_callback on_lost(leadership.lost(), [&] {
-    std::lock_guard lock(mu);
+    fencelock::detail::MutexLock lock(mu);
     cv.notify_all();
   });
-  std::unique_lock lock(mu);
+  fencelock::detail::MutexLock lock(mu);
   cv.wait(lock, stop, [&] { return leadership.is_lost(); });
 }
 

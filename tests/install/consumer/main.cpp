@@ -1,8 +1,11 @@
 // A program outside the fencelock tree, built against an installed fencelock (find_package or
 // pkg-config): takes and releases a lock on the backend named by argv[1] and checks the token.
+// Includes every public header (postgres_fence.h needs libpq's include path from the package).
 #include <cstdio>
 
 #include "fencelock/client.h"
+#include "fencelock/fence.h"
+#include "fencelock/postgres_fence.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -18,6 +21,11 @@ int main(int argc, char** argv) {
   auto lease = client->acquire(*key, {.ttl = std::chrono::seconds(5)});
   if (!lease.ok() || lease->token().value() == 0) {
     std::fprintf(stderr, "acquire: %s\n", lease.status().to_string().c_str());
+    return 1;
+  }
+  fencelock::FenceGate gate;
+  if (!gate.admit(lease->token()).ok() || fencelock::PostgresFence::schema_sql().empty()) {
+    std::fprintf(stderr, "fence: the gate refused a fresh token or the fence SQL is missing\n");
     return 1;
   }
   std::printf("token %llu\n", static_cast<unsigned long long>(lease->token().value()));

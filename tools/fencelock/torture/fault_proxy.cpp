@@ -14,13 +14,13 @@
 #include <cstring>
 #include <deque>
 #include <list>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::torture {
 
@@ -64,10 +64,10 @@ struct FaultProxy::Impl {
   int listener = -1;
   std::uint16_t port = 0;
   int wake[2] = {-1, -1};
-  std::mutex mu;
-  NetworkFault fault = NetworkFault::kNone;  // GUARDED_BY(mu)
-  std::chrono::milliseconds delay{0};        // GUARDED_BY(mu)
-  bool delay_one_left = false;               // GUARDED_BY(mu): a kDelayOne chunk still to hold
+  fencelock::detail::Mutex mu;
+  NetworkFault fault FENCELOCK_GUARDED_BY(mu) = NetworkFault::kNone;
+  std::chrono::milliseconds delay FENCELOCK_GUARDED_BY(mu){0};
+  bool delay_one_left FENCELOCK_GUARDED_BY(mu) = false;  // a kDelayOne chunk still to hold
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> actions{0};
   std::list<Pair> pairs;  // owned by the loop thread
@@ -94,7 +94,7 @@ struct FaultProxy::Impl {
     if (client < 0) return;
     NetworkFault now;
     {  // the fault as it is now, not as it was when this loop iteration began
-      std::lock_guard lock(mu);
+      fencelock::detail::MutexLock lock(mu);
       now = fault;
     }
     if (now == NetworkFault::kDrop) {
@@ -154,7 +154,7 @@ struct FaultProxy::Impl {
       NetworkFault now_fault;
       std::chrono::milliseconds now_delay;
       {
-        std::lock_guard lock(mu);
+        fencelock::detail::MutexLock lock(mu);
         now_fault = fault;
         now_delay = delay;
       }
@@ -214,7 +214,7 @@ struct FaultProxy::Impl {
           // the iteration began.
           bool hold = false;
           {
-            std::lock_guard lock(mu);
+            fencelock::detail::MutexLock lock(mu);
             if (fault == NetworkFault::kLatency) {
               hold = delay.count() > 0;
             } else if ((fault == NetworkFault::kDelayOneRequest && flow == &pair->up) ||
@@ -286,7 +286,7 @@ std::uint64_t FaultProxy::fault_actions() const { return impl_->actions.load(); 
 
 void FaultProxy::set_fault(NetworkFault fault, std::chrono::milliseconds delay) {
   {
-    std::lock_guard lock(impl_->mu);
+    fencelock::detail::MutexLock lock(impl_->mu);
     impl_->fault = fault;
     const bool delays = fault == NetworkFault::kLatency ||
                         fault == NetworkFault::kDelayOneRequest ||

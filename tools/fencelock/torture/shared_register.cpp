@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include "core/mutex.h"
 
 namespace fencelock::torture {
 
@@ -60,7 +61,7 @@ SharedRegister::~SharedRegister() {
   ::close(listener_);
   std::vector<std::thread> servers;
   {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     for (int fd : connections_) ::shutdown(fd, SHUT_RDWR);
     servers.swap(servers_);
   }
@@ -75,7 +76,7 @@ void SharedRegister::accept_loop() {
       if (errno == EINTR) continue;
       return;
     }
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     connections_.push_back(fd);
     servers_.emplace_back([this, fd] { serve(fd); });
   }
@@ -97,7 +98,7 @@ void SharedRegister::serve(int fd) {
     }
   }
   if (connection.worker) leave(connection);
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   std::erase(connections_, fd);
   ::close(fd);
 }
@@ -122,7 +123,7 @@ std::string SharedRegister::handle(const std::string& line, Connection& connecti
   }
   event.pid = connection.pid;
   const FencingToken presented(event.token);
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   event.at = monotonic_now();
   event.wall = wall_now();
   std::string reply = "OK";
@@ -152,7 +153,7 @@ std::string SharedRegister::handle(const std::string& line, Connection& connecti
     // `assigned` is set where the value changes: the log says what happened to the register,
     // whatever status the gate reports.
     bool assigned = false;
-    auto assign = [&] {
+    auto assign = [&]() FENCELOCK_REQUIRES(mu_) {  // run here or by gate_.run, with mu_ held
       value_ = event.value;
       assigned = true;
     };
@@ -177,7 +178,7 @@ std::string SharedRegister::handle(const std::string& line, Connection& connecti
 }
 
 void SharedRegister::leave(const Connection& connection) {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   inside_.erase(connection.pid);
   RegisterEvent event;
   event.kind = RegisterEvent::kLeave;
@@ -188,22 +189,22 @@ void SharedRegister::leave(const Connection& connection) {
 }
 
 std::vector<RegisterEvent> SharedRegister::events() const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   return events_;
 }
 
 std::size_t SharedRegister::operation_count() const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   return events_.size();
 }
 
 std::uint64_t SharedRegister::value() const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   return value_;
 }
 
 std::optional<int> SharedRegister::worker_between_read_and_write(std::optional<int> except) const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   for (const auto& [pid, inside] : inside_) {
     if (inside.read_pending && inside.worker != except) return inside.worker;
   }
@@ -211,7 +212,7 @@ std::optional<int> SharedRegister::worker_between_read_and_write(std::optional<i
 }
 
 std::optional<int> SharedRegister::worker_inside() const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   for (const auto& [pid, inside] : inside_) {
     if (inside.read_pending) return inside.worker;
   }
@@ -222,7 +223,7 @@ std::optional<int> SharedRegister::worker_inside() const {
 }
 
 bool SharedRegister::has_said_hello(long pid) const {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   return std::find(hellos_.begin(), hellos_.end(), pid) != hellos_.end();
 }
 
@@ -239,7 +240,7 @@ RegisterClient::RegisterClient(const std::string& path) {
 RegisterClient::~RegisterClient() { ::close(fd_); }
 
 std::string RegisterClient::request(const std::string& line) {
-  std::lock_guard lock(mu_);
+  fencelock::detail::MutexLock lock(mu_);
   const std::string out = line + "\n";
   if (::send(fd_, out.data(), out.size(), MSG_NOSIGNAL) < 0)
     throw std::runtime_error("register connection lost");

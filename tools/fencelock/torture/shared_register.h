@@ -28,12 +28,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/mutex.h"
 #include "fencelock/fence.h"
 #include "torture/events.h"
 
@@ -80,19 +80,19 @@ class SharedRegister {
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
 
-  mutable std::mutex mu_;
+  mutable fencelock::detail::Mutex mu_;
   FenceGate gate_;
-  std::uint64_t value_ = 0;  // GUARDED_BY(mu_)
+  std::uint64_t value_ FENCELOCK_GUARDED_BY(mu_) = 0;
   struct Inside {
     int worker = 0;
     int open = 0;               // open critical sections
     bool read_pending = false;  // read, has not written yet
   };
-  std::map<long, Inside> inside_;      // GUARDED_BY(mu_): by process id
-  std::vector<long> hellos_;           // GUARDED_BY(mu_): processes that said HELLO
-  std::vector<RegisterEvent> events_;  // GUARDED_BY(mu_)
-  std::vector<int> connections_;       // GUARDED_BY(mu_)
-  std::vector<std::thread> servers_;   // GUARDED_BY(mu_)
+  std::map<long, Inside> inside_ FENCELOCK_GUARDED_BY(mu_);  // by process id
+  std::vector<long> hellos_ FENCELOCK_GUARDED_BY(mu_);       // processes that said HELLO
+  std::vector<RegisterEvent> events_ FENCELOCK_GUARDED_BY(mu_);
+  std::vector<int> connections_ FENCELOCK_GUARDED_BY(mu_);
+  std::vector<std::thread> servers_ FENCELOCK_GUARDED_BY(mu_);
 };
 
 // A worker's side of the protocol: one blocking connection; requests are serialized, so a
@@ -119,7 +119,7 @@ class RegisterClient {
 
  private:
   std::string request(const std::string& line);
-  std::mutex mu_;
+  fencelock::detail::Mutex mu_;
   int fd_ = -1;
   std::string buffer_;
 };

@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <stop_token>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/mutex.h"
 #include "fencelock/client.h"
 #include "private_files.h"
 #include "torture/shared_register.h"
@@ -44,13 +44,13 @@ class LogFile {
   }
   bool ok() const { return file_ != nullptr; }
   void line(const std::string& text) {
-    std::lock_guard lock(mu_);
+    fencelock::detail::MutexLock lock(mu_);
     std::fputs((text + "\n").c_str(), file_);
     std::fflush(file_);
   }
 
  private:
-  std::mutex mu_;
+  fencelock::detail::Mutex mu_;
   std::FILE* file_;
 };
 
@@ -146,9 +146,9 @@ int run_worker(const WorkerArgs& args) {
     } else if (racing) {
       options.stop = cancel.get_token();
       canceller.emplace([&cancel, race_after](std::stop_token stop) {
-        std::mutex mu;
+        fencelock::detail::Mutex mu;
         std::condition_variable_any cv;
-        std::unique_lock lock(mu);
+        fencelock::detail::MutexLock lock(mu);
         // Cancels unless the acquisition returned first (it then stops this thread).
         if (!cv.wait_for(lock, stop, race_after, [] { return false; }) && !stop.stop_requested())
           cancel.request_stop();
