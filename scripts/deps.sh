@@ -24,8 +24,10 @@ PACKAGES=(
   # test certificates for the etcd TLS tests; clock faults of `fencelock torture`; etcd's
   # /metrics for the stream tests and the held benchmark
   openssl faketime curl
-  # quality gates: formatting (scripts/check-format.sh)
+  # quality gates: formatting (scripts/check-format.sh); libFuzzer targets (scripts/fuzz.sh:
+  # -fsanitize=fuzzer links the libFuzzer of libclang-rt-14-dev)
   clang-format
+  clang-14 libclang-rt-14-dev
 )
 
 missing_packages() {
