@@ -66,7 +66,7 @@ for target in "${targets[@]}"; do
   elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   executions=$(awk '/stat::number_of_executed_units/ { print $2 }' "$log")
   executions=${executions:-0}
-  rate=$(awk -v n="$executions" -v t="$elapsed" 'BEGIN { printf "%d", t > 0 ? n / t : 0 }')
+  rate=$(awk -v n="$executions" -v t="$elapsed" 'BEGIN { printf "%d", (t > 0 ? n / t : 0) }')
   if [[ $status -eq 0 ]]; then
     result=ok
   else
