@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/duration.h"
+#include "core/holder_metadata.h"
 #include "core/log_internal.h"
 #include "core/saturate.h"
 
@@ -78,13 +79,8 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey
                                                                    bool campaign, bool& contended) {
   if (Status st = validate(options); !st.ok()) return st;
   if (!campaign && !options.metadata.empty()) {
-    // One rule on every backend: holder metadata is a JSON object, in UTF-8 (a campaign's value
-    // is stored verbatim instead).
-    auto parsed = nlohmann::json::parse(options.metadata, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_discarded() || !parsed.is_object()) {
-      return Status(Code::kInvalidArgument,
-                    "holder metadata must be a JSON object in UTF-8, e.g. {\"job\":\"nightly\"}");
-    }
+    // One rule on every backend (a campaign's value is stored verbatim instead).
+    if (Status st = validate_holder_metadata(options.metadata); !st.ok()) return st;
   }
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = deadline_after(Clock::now(), options.wait);

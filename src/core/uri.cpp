@@ -92,6 +92,10 @@ Result<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_por
     }
   }
   if (ep.host.empty()) return bad("empty host in the host list");
+  // A bracket inside a host ("[[::1]") would print as a host that does not parse back.
+  if (ep.host.find_first_of("[]") != std::string::npos) {
+    return bad(fmt::format("'[' or ']' inside host '{}'", clip(text)));
+  }
   if (port_text.empty()) {
     ep.port = default_port;
     return ep;

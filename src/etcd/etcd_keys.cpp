@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/holder_metadata.h"
+
 namespace fencelock::detail::etcd {
 
 std::string lock_prefix(std::string_view name) { return std::string(name) + "/"; }
@@ -40,12 +42,19 @@ std::optional<std::string_view> lock_name_of(std::string_view key) {
 
 std::string encode_value(std::string_view owner_short_hex, std::string_view metadata) {
   nlohmann::json value = {{"owner", owner_short_hex}};
-  auto parsed = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
-  value["metadata"] = parsed.is_discarded() ? nlohmann::json(metadata) : parsed;
+  // Deeper metadata is stored as a string: embedded, it would be copied and dumped recursively
+  // (core/holder_metadata.h).
+  nlohmann::json parsed(nlohmann::json::value_t::discarded);
+  if (json_nesting_within(metadata, kMaxMetadataNesting)) {
+    parsed = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
+  }
+  value["metadata"] = parsed.is_discarded() ? nlohmann::json(metadata) : std::move(parsed);
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 DecodedValue decode_value(std::string_view value) {
+  // Any client can write the key: a value nested deeper than fencelock's own is not fencelock's.
+  if (!json_nesting_within(value, kMaxMetadataNesting + 1)) return {};
   auto parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("owner") ||
       !parsed["owner"].is_string()) {

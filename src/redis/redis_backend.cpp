@@ -11,9 +11,9 @@
 #include "core/log_internal.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
-#include "core/token_text.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
+#include "redis/script_replies.h"
 #include "redis/subscriber.h"
 #include "redis_scripts.h"
 
@@ -38,11 +38,6 @@ std::string evalsha(std::string_view sha, std::vector<std::string> keys,
 }
 
 std::string_view text_of(const redisReply* r) { return {r->str, r->len}; }
-
-// 0 (unknown) when the text is not a canonical token.
-std::uint64_t parse_u64(std::string_view text) {
-  return detail::parse_canonical_token(text).value_or(0);
-}
 
 // An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's
 // SCRIPT LOAD is stale; drop pooled connections so the next one reloads.
@@ -180,11 +175,12 @@ class RedlockBackend final : public Backend {
           (void)script_error(call, r);
           continue;
         }
-        if (r->type != REDIS_REPLY_ARRAY) continue;
-        for (std::size_t j = 0; j < r->elements; ++j) {
-          std::size_t item = c * renew_batch_ + j;
-          if (item >= items.size()) break;
-          (r->element[j]->integer == 1 ? confirmed : rejected)[item]++;
+        const std::size_t first = c * renew_batch_;
+        if (first >= items.size()) continue;
+        const auto votes = interpret_renew_reply(*r, std::min(renew_batch_, items.size() - first));
+        for (std::size_t j = 0; j < votes.size(); ++j) {
+          if (votes[j] == RenewVote::kConfirmed) confirmed[first + j]++;
+          if (votes[j] == RenewVote::kRejected) rejected[first + j]++;
         }
       }
     }
@@ -244,6 +240,9 @@ class RedlockBackend final : public Backend {
       Status st = call.error;
       if (st.ok() && call.replies[0]->type == REDIS_REPLY_ERROR)
         st = script_error(call, call.replies[0].get());
+      else if (st.ok() && !release_answered(*call.replies[0]))
+        st = Status(Code::kInternal, fmt::format("{}: unexpected reply to the release script",
+                                                 call.instance->address()));
       if (st.ok()) {
         answered++;
       } else {
@@ -306,19 +305,18 @@ class RedlockBackend final : public Backend {
         r.errors.push_back(script_error(call, reply));
         continue;
       }
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
+      const auto answer = interpret_acquire_reply(*reply);
+      if (!answer) {
         r.errors.push_back(Status(
             Code::kInternal,
             fmt::format("{}: unexpected reply to the acquire script", call.instance->address())));
         continue;
       }
-      long long flag = reply->element[0]->integer;
-      long long value = reply->element[1]->integer;
-      if (flag == 1) {
+      if (answer->granted) {
         r.granted.push_back(static_cast<int>(i));
-        r.counters.push_back(static_cast<std::uint64_t>(value));
+        r.counters.push_back(answer->counter);
       } else {
-        r.held_pttl.push_back(value);
+        r.held_pttl.push_back(answer->retry_ms);
       }
     }
     return r;
@@ -354,10 +352,7 @@ class RedlockBackend final : public Backend {
       fan_out(calls, std::min(validity, Clock::now() + acquire_io_cap(req.ttl)), limits);
     }
     for (auto& call : calls) {
-      if (call.error.ok() && call.replies[0]->type == REDIS_REPLY_INTEGER &&
-          call.replies[0]->integer == 1) {
-        confirmed++;
-      }
+      if (call.error.ok() && raise_fence_confirmed(*call.replies[0])) confirmed++;
     }
     if (has_quorum(confirmed, n())) return Status::Ok();
     return Status(
@@ -468,18 +463,14 @@ class RedlockBackend final : public Backend {
       std::map<std::string, Seen> owners;
       for (auto& call : calls) {
         if (!call.error.ok()) continue;
-        const redisReply* r = call.replies[k].get();
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3) continue;
-        Seen& s = owners[std::string(text_of(r->element[0]))];
-        long long pttl = r->element[1]->integer;
-        s.pttl = s.count == 0 ? pttl : std::min(s.pttl, pttl);
+        const auto holder = interpret_inspect_reply(*call.replies[k]);
+        if (!holder) continue;
+        Seen& s = owners[holder->owner];
+        s.pttl = s.count == 0 ? holder->pttl : std::min(s.pttl, holder->pttl);
         s.count++;
-        std::string_view info = text_of(r->element[2]);
-        auto space = info.find(' ');
-        std::uint64_t token = parse_u64(info.substr(0, space));
-        if (token >= s.token) {
-          s.token = token;
-          s.meta = space == std::string_view::npos ? "" : std::string(info.substr(space + 1));
+        if (holder->token >= s.token) {
+          s.token = holder->token;
+          s.meta = holder->metadata;
         }
       }
       for (auto& [owner, s] : owners) {

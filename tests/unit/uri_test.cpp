@@ -219,6 +219,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Malformed{"TrailingComma", "redlock://u:s3cr3t-pw@h1:1,h2:2,"},
                       Malformed{"UnclosedBracket", "redis://u:s3cr3t-pw@[::1:6379"},
                       Malformed{"TextAfterBracket", "redis://u:s3cr3t-pw@[::1]x6379"},
+                      // fuzz: "[[a]" was host "[a", printed as "[a:6379", which does not parse.
+                      Malformed{"BracketInsideBrackets", "redis://u:s3cr3t-pw@[[a]:6379"},
+                      Malformed{"BracketInHost", "redis://u:s3cr3t-pw@h]x:6379"},
                       Malformed{"BadEscapeInPassword", "redis://u:s3cr3t-pw%zz@h:1"},
                       Malformed{"TruncatedEscapeInPassword", "redis://u:s3cr3t-pw%4@h:1"},
                       Malformed{"BadEscapeInUser", "redis://u%g1:s3cr3t-pw@h:1"},

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/duration.h"
+#include "core/holder_metadata.h"
 #include "terminal_text.h"
 
 namespace fencelock::cli {
@@ -13,6 +14,9 @@ namespace {
 
 nlohmann::json parsed_metadata(const std::string& text) {
   if (text.empty()) return nullptr;
+  // A server's text: nested deeper than metadata may be, it is shown as text (parsed, it would
+  // be copied and dumped recursively; core/holder_metadata.h).
+  if (!detail::json_nesting_within(text, detail::kMaxMetadataNesting)) return text;
   nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return text;
   return parsed;

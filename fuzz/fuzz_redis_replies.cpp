@@ -1,0 +1,103 @@
+// Redis replies to fencelock's scripts: any bytes a server (or a proxy) sends, parsed by hiredis
+// 0.14's reader as the connection does, then read by redis/script_replies.h and, for error
+// replies, by status_from_error_reply (redis/connection.h).
+// Properties: no crash; only the exact shapes the scripts return count as answers: a grant is
+// an array of two integers with a counter >= 1, a renewal gives exactly one vote per lease of
+// its batch, a release and a round-2 confirmation are integers; an error reply is never OK.
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "fuzz_check.h"
+#include "redis/connection.h"
+#include "redis/script_replies.h"
+
+namespace fencelock::detail::redis {
+namespace {
+
+void check_acquire(const redisReply& reply) {
+  const auto answer = interpret_acquire_reply(reply);
+  if (!answer) return;
+  FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && reply.elements == 2);
+  FUZZ_CHECK(reply.element[0]->type == REDIS_REPLY_INTEGER);
+  FUZZ_CHECK(reply.element[1]->type == REDIS_REPLY_INTEGER);
+  if (answer->granted) {
+    FUZZ_CHECK(answer->counter >= 1);
+    FUZZ_CHECK(answer->counter == static_cast<std::uint64_t>(reply.element[1]->integer));
+  }
+}
+
+void check_renew(const redisReply& reply) {
+  const std::size_t sizes[] = {0, 1, 3, reply.elements, reply.elements + 2};
+  for (std::size_t leases : sizes) {
+    const auto votes = interpret_renew_reply(reply, leases);
+    FUZZ_CHECK(votes.size() == leases);
+    for (std::size_t i = 0; i < votes.size(); ++i) {
+      if (votes[i] == RenewVote::kNoAnswer) continue;
+      FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && i < reply.elements);
+      FUZZ_CHECK(reply.element[i]->type == REDIS_REPLY_INTEGER);
+      FUZZ_CHECK(reply.element[i]->integer == (votes[i] == RenewVote::kConfirmed ? 1 : 0));
+    }
+  }
+}
+
+void check_reply(const redisReply& reply) {
+  check_acquire(reply);
+  check_renew(reply);
+  if (release_answered(reply) || raise_fence_confirmed(reply)) {
+    FUZZ_CHECK(reply.type == REDIS_REPLY_INTEGER);
+  }
+  if (const auto holder = interpret_inspect_reply(reply)) {
+    FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && reply.elements == 3);
+    FUZZ_CHECK(holder->pttl == reply.element[1]->integer);
+  }
+  if (reply.type == REDIS_REPLY_ERROR) {
+    const Status status =
+        status_from_error_reply(std::string_view(reply.str, reply.len), "127.0.0.1:6379");
+    FUZZ_CHECK(!status.ok());
+  }
+  // Nested replies are read the same way (a script's reply can be any element of a pipeline).
+  if (reply.type == REDIS_REPLY_ARRAY) {
+    for (std::size_t i = 0; i < reply.elements; ++i) check_reply(*reply.element[i]);
+  }
+}
+
+// hiredis 0.14 allocates an array's element pointers as soon as it reads the array's header
+// ("*N"), 8 bytes each, before any element arrives (hiredis 1.0 added a limit, maxelements): a
+// hostile server can make any hiredis 0.14 client allocate gigabytes. That is hiredis', not
+// fencelock's, and would end every run as an out-of-memory report, so inputs that declare more
+// than kMaxElements elements are skipped.
+constexpr long long kMaxElements = 1 << 16;
+bool declares_huge_array(std::string_view bytes) {
+  for (auto star = bytes.find('*'); star != std::string_view::npos;
+       star = bytes.find('*', star + 1)) {
+    long long count = 0;
+    for (std::size_t i = star + 1; i < bytes.size() && bytes[i] >= '0' && bytes[i] <= '9'; ++i) {
+      count = count * 10 + (bytes[i] - '0');
+      if (count > kMaxElements) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace fencelock::detail::redis
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  if (fencelock::detail::redis::declares_huge_array(bytes)) return 0;
+  redisReader* reader = redisReaderCreate();
+  FUZZ_CHECK(reader != nullptr);
+  if (redisReaderFeed(reader, reinterpret_cast<const char*>(data), size) == REDIS_OK) {
+    for (;;) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(reader, &reply) != REDIS_OK || reply == nullptr) break;
+      fencelock::detail::redis::check_reply(*static_cast<redisReply*>(reply));
+      freeReplyObject(reply);
+    }
+  }
+  redisReaderFree(reader);
+  return 0;
+}
