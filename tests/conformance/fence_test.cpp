@@ -1,5 +1,6 @@
-// The resource-side guards of fencelock/fence.h: FenceGate in process, the Redis script, the
-// PostgreSQL function, and the etcd is-still-holder Txn, each against a real server. Every
+// The resource-side guards of fencelock/fence.h against real servers: the Redis script, the
+// PostgreSQL function and the etcd is-still-holder Txn (FenceGate, in process, is
+// tests/unit/fence_gate_test.cpp). Every
 // refusal must be Code::kFenced with "rejected: stale token N < M".
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
@@ -27,43 +28,6 @@ namespace {
 using namespace std::chrono_literals;
 
 FencingToken T(std::uint64_t v) { return FencingToken(v); }
-
-TEST(FenceGate, AdmitsEqualOrNewerTokensAndRefusesOlderOnesWithTheirNumbers) {
-  FenceGate gate;
-  EXPECT_EQ(gate.highest(), T(0));
-  EXPECT_TRUE(gate.admit(T(5)).ok());
-  EXPECT_TRUE(gate.admit(T(5)).ok());  // the same holder writes again
-  Status stale = gate.admit(T(4));
-  EXPECT_EQ(stale.code(), Code::kFenced);
-  EXPECT_EQ(stale.message(), "rejected: stale token 4 < 5");
-  EXPECT_EQ(stale.to_string(), "fenced: rejected: stale token 4 < 5");
-  EXPECT_TRUE(gate.admit(T(9)).ok());
-  EXPECT_EQ(gate.highest(), T(9));
-  bool wrote = false;
-  EXPECT_EQ(gate.run(T(8), [&] { wrote = true; }).code(), Code::kFenced);
-  EXPECT_FALSE(wrote);
-  EXPECT_TRUE(gate.run(T(10), [&] { wrote = true; }).ok());
-  EXPECT_TRUE(wrote);
-}
-
-// Writes that run under the gate happen in token order, whatever the threads' interleaving.
-TEST(FenceGate, WritesUnderTheGateNeverGoBackwardsAcrossThreads) {
-  FenceGate gate;
-  std::vector<std::uint64_t> written;  // appended only under the gate
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (std::uint64_t i = 0; i < 500; ++i) {
-        const std::uint64_t token = i * 4 + static_cast<std::uint64_t>(t);
-        (void)gate.run(T(token), [&] { written.push_back(token); });
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  ASSERT_FALSE(written.empty());
-  EXPECT_TRUE(std::is_sorted(written.begin(), written.end()));
-  EXPECT_EQ(gate.highest(), T(written.back()));
-}
 
 TEST(RedisFence, WritesOnlyWithTheNewestTokenAndComparesEveryUint64Exactly) {
   auto server = RedisServer::start();
