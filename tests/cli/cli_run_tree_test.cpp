@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "core/errno_text.h"
 
 namespace fencelock::testing {
 namespace {
@@ -243,7 +244,7 @@ TEST_F(CliRunTree, UnderATerminalCmdReadsItCtrlZStopsTheJobAndCtrlCReachesAllOfI
   argv.push_back(nullptr);
   int master = -1;
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0) << std::strerror(errno);
+  ASSERT_GE(pid, 0) << detail::errno_text(errno);
   if (pid == 0) {
     ::execv(argv[0], argv.data());
     _exit(127);
