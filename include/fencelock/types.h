@@ -58,6 +58,8 @@ class FencingToken {
  public:
   constexpr explicit FencingToken(std::uint64_t value) : value_(value) {}
   constexpr std::uint64_t value() const { return value_; }
+  // clang-tidy 14 reports the literal 0 of the comparison it synthesizes (llvm/llvm-project#53961).
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   friend constexpr auto operator<=>(FencingToken, FencingToken) = default;
 
  private:
