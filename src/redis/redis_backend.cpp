@@ -62,8 +62,8 @@ struct Round1 {
 
 class RedlockBackend final : public Backend {
  public:
-  RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description,
-                 std::size_t renew_batch)
+  RedlockBackend(const std::vector<ConnectSpec>& specs, ClientOptions options,
+                 std::string description, std::size_t renew_batch)
       : options_(options),
         renew_batch_(renew_batch),
         description_(std::move(description)),
@@ -307,9 +307,9 @@ class RedlockBackend final : public Backend {
         continue;
       }
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) {
-        r.errors.push_back(Status(
+        r.errors.emplace_back(
             Code::kInternal,
-            fmt::format("{}: unexpected reply to the acquire script", call.instance->address())));
+            fmt::format("{}: unexpected reply to the acquire script", call.instance->address()));
         continue;
       }
       long long flag = reply->element[0]->integer;
