@@ -240,6 +240,7 @@ TEST_F(CliRunTree, UnderATerminalCmdReadsItCtrlZStopsTheJobAndCtrlCReachesAllOfI
   std::vector<std::string> args = cli_argv({"run", "--backend", server_->uri(), "tree-tty", "--",
                                             "sh", "-c", script, "sh", path("pids")});
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   int master = -1;

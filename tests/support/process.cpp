@@ -28,8 +28,6 @@
 
 #include <fmt/format.h>
 
-extern char** environ;
-
 namespace fencelock::testing {
 namespace {
 
@@ -153,7 +151,7 @@ void close_inherited_fds(int keep, int max_fd) noexcept {
   }
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2}) {
@@ -283,7 +281,7 @@ ChildProcess ChildProcess::spawn(std::vector<std::string> argv, std::vector<std:
   return spawn_with(std::move(argv), std::move(options));
 }
 
-ChildProcess ChildProcess::spawn_with(std::vector<std::string> argv, SpawnOptions options) {
+ChildProcess ChildProcess::spawn_with(std::vector<std::string> argv, const SpawnOptions& options) {
   if (argv.empty()) throw std::runtime_error("ChildProcess::spawn: empty argv");
   auto path = find_executable(argv[0]);
   if (!path) {
