@@ -24,8 +24,9 @@ PACKAGES=(
   # test certificates for the etcd TLS tests; clock faults of `fencelock torture`; etcd's
   # /metrics for the stream tests and the held benchmark
   openssl faketime curl
-  # quality gates: formatting (scripts/check-format.sh)
-  clang-format
+  # quality gates: formatting (scripts/check-format.sh); static analysis (scripts/check-tidy.sh:
+  # clang-tidy 14 and run-clang-tidy-14, the compile database built with clang++-14)
+  clang-format clang-tidy clang-14
 )
 
 missing_packages() {
