@@ -28,6 +28,7 @@ class LockKey {
 
   const std::string& str() const { return name_; }
   friend bool operator==(const LockKey&, const LockKey&) = default;
+  // NOLINTNEXTLINE(modernize-use-nullptr): as FencingToken's below (llvm/llvm-project#53961)
   friend auto operator<=>(const LockKey&, const LockKey&) = default;
 
  private:
