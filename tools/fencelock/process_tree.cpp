@@ -144,7 +144,7 @@ namespace {
   }
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
   // Keep only the pipe: inherited sockets must not outlive fencelock in this process.
   if (read_fd > 0) ::close_range(0, static_cast<unsigned>(read_fd) - 1, 0);
   ::close_range(static_cast<unsigned>(read_fd) + 1, ~0U, 0);

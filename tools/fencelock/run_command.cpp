@@ -34,8 +34,6 @@
 #include "supervisor.h"
 #include "unique_fd.h"
 
-extern char** environ;
-
 namespace fencelock::cli {
 namespace {
 
