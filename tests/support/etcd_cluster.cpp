@@ -252,7 +252,7 @@ void EtcdCluster::launch(int i, bool existing) {
   spawn.stderr_fd = log_fd;
   spawn.die_with_parent = true;
   try {
-    member(i).process.emplace(ChildProcess::spawn_with(member_args(i, existing), std::move(spawn)));
+    member(i).process.emplace(ChildProcess::spawn_with(member_args(i, existing), spawn));
   } catch (...) {
     ::close(log_fd);
     throw;

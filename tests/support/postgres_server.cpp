@@ -372,7 +372,7 @@ void PostgresServer::launch() {
   spawn.die_with_parent = true;
   spawn.extra_env = {"PGDATA", "PGPORT", "LC_ALL=C"};
   try {
-    process_.emplace(ChildProcess::spawn_with(server_args(), std::move(spawn)));
+    process_.emplace(ChildProcess::spawn_with(server_args(), spawn));
   } catch (...) {
     ::close(log_fd);
     throw;

@@ -278,7 +278,7 @@ ChildProcess ChildProcess::spawn(std::vector<std::string> argv, std::vector<std:
   options.extra_env = std::move(extra_env);
   options.stdout_file = std::move(stdout_file);
   options.stderr_file = std::move(stderr_file);
-  return spawn_with(std::move(argv), std::move(options));
+  return spawn_with(std::move(argv), options);
 }
 
 ChildProcess ChildProcess::spawn_with(std::vector<std::string> argv, const SpawnOptions& options) {
@@ -397,7 +397,7 @@ RunResult run_command(const std::vector<std::string>& argv,
   options.stdin_fd = in.read_end.get();
   options.stdout_fd = out.write_end.get();
   options.stderr_fd = err.write_end.get();
-  ChildProcess child = ChildProcess::spawn_with(argv, std::move(options));
+  ChildProcess child = ChildProcess::spawn_with(argv, options);
   in.read_end.reset();
   out.write_end.reset();
   err.write_end.reset();

@@ -218,7 +218,7 @@ std::vector<std::string> RedisServer::server_args() const {
 void RedisServer::launch() {
   SpawnOptions spawn;
   spawn.die_with_parent = true;
-  process_.emplace(ChildProcess::spawn_with(server_args(), std::move(spawn)));
+  process_.emplace(ChildProcess::spawn_with(server_args(), spawn));
 }
 
 void RedisServer::wait_until_ready() {
