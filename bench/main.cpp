@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,7 +33,7 @@ std::string env_or(const char* name, const char* fallback) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   using namespace fencelock::bench;
   std::string redis = env_or("FENCELOCK_REDIS_URI", "redis://127.0.0.1:7101");
   std::string redlock =
@@ -44,10 +45,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "fencelock_bench: " << arg << " needs a value\n";
-        std::exit(64);
-      }
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
       return argv[++i];
     };
     if (arg == "--redis")
@@ -122,4 +120,7 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& e) {  // an option without its value, or a number std::stoi rejects
+  std::cerr << "fencelock_bench: " << e.what() << "\n";
+  return 64;
 }

@@ -23,8 +23,8 @@ std::vector<std::string> endpoints_of(const std::string& uri) {
   return out;
 }
 
-std::vector<detail::redis::ContextPtr> redis_connections(const std::string& uri,
-                                                         std::vector<std::string_view> scripts) {
+std::vector<detail::redis::ContextPtr> redis_connections(
+    const std::string& uri, const std::vector<std::string_view>& scripts) {
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
   // The credentials and database the library would use (the one reading of the URI).

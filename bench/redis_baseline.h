@@ -41,7 +41,7 @@ std::vector<std::string> endpoints_of(const std::string& uri);
 
 // A connection to every instance of a redis:// or redlock:// URI with its credentials and
 // database, `scripts` loaded. Throws std::runtime_error as RedisBaseline does.
-std::vector<detail::redis::ContextPtr> redis_connections(const std::string& uri,
-                                                         std::vector<std::string_view> scripts);
+std::vector<detail::redis::ContextPtr> redis_connections(
+    const std::string& uri, const std::vector<std::string_view>& scripts);
 
 }  // namespace fencelock::bench

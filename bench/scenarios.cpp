@@ -1,6 +1,7 @@
 #include "scenarios.h"
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -125,6 +126,7 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
 
 nlohmann::json run_contended(const ContendedConfig& config) {
   std::vector<Client> clients;
+  clients.reserve(static_cast<std::size_t>(config.workers));
   for (int i = 0; i < config.workers; ++i) clients.push_back(connect(config.uri));
   auto key = *LockKey::make("bench/contended");
   fencelock::detail::Mutex mu;
@@ -137,6 +139,7 @@ nlohmann::json run_contended(const ContendedConfig& config) {
   auto start = Clock::now();
   auto end = start + config.duration;
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(config.workers));
   for (int w = 0; w < config.workers; ++w) {
     threads.emplace_back([&, w] {
       std::vector<double> mine, my_handoffs;
@@ -201,6 +204,7 @@ std::pair<double, int> concurrent_cycles(int lockers, std::chrono::milliseconds 
   std::atomic<int> failures{0};
   const auto start = Clock::now(), end = start + duration;
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(lockers));
   for (int t = 0; t < lockers; ++t) {
     threads.emplace_back([&, t] {
       while (Clock::now() < end) {
@@ -222,6 +226,7 @@ std::pair<double, int> concurrent_cycles(int lockers, std::chrono::milliseconds 
 nlohmann::json run_throughput(const ThroughputConfig& config) {
   Client client = connect(config.uri);
   std::vector<LockKey> keys;
+  keys.reserve(static_cast<std::size_t>(config.lockers));
   for (int t = 0; t < config.lockers; ++t)
     keys.push_back(*LockKey::make(fmt::format("bench/throughput/{}", t)));
   auto [rate, failures] = concurrent_cycles(config.lockers, config.duration, [&](int t) {

@@ -25,8 +25,8 @@ PACKAGES=(
   # /metrics for the stream tests and the held benchmark
   openssl faketime curl
   # quality gates: formatting (scripts/check-format.sh); clang 14 for ThreadSanitizer and the
-  # thread-safety analysis (scripts/test.sh --tsan) and libFuzzer (scripts/fuzz.sh; the
-  # runtime is in libclang-rt-14-dev), clang-tidy
+  # thread-safety analysis (scripts/test.sh --tsan), libFuzzer (scripts/fuzz.sh; the runtime is
+  # in libclang-rt-14-dev) and the compile database of clang-tidy 14 (scripts/check-tidy.sh)
   clang-format clang-14 libclang-rt-14-dev clang-tidy
 )
 

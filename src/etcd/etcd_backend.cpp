@@ -266,6 +266,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (!inserted && kv.create_revision() < it->second->create_revision()) it->second = &kv;
     }
     std::vector<HolderInfo> out;
+    out.reserve(holders.size());
     std::map<std::int64_t, milliseconds> ttls;
     for (const auto& [name, kv] : holders) out.push_back(holder_info(name, *kv, ttls));
     return out;

@@ -29,7 +29,7 @@ namespace fencelock::detail {
 // User and password may also come from FENCELOCK_ETCD_USER / FENCELOCK_ETCD_PASSWORD when the URI
 // has none. Connects (kUnavailable when no member answers within connect_timeout) and
 // authenticates when credentials are given (kUnauthenticated when refused).
-Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view uri,
+Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                                    const ClientOptions& options);
 
 }  // namespace fencelock::detail

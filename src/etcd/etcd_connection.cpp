@@ -224,9 +224,9 @@ Status to_status(const grpc::Status& status, std::string_view what) {
   }
 }
 
-EtcdConnection::EtcdConnection(std::vector<std::string> endpoints, std::string user,
+EtcdConnection::EtcdConnection(const std::vector<std::string>& endpoints, std::string user,
                                std::string password,
-                               std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                ClientOptions options)
     : options_(options), user_(std::move(user)), password_(std::move(password)) {
   for (auto& endpoint : endpoints) {

@@ -61,8 +61,9 @@ Status to_status(const grpc::Status& status, std::string_view what);
 class EtcdConnection {
  public:
   // `credentials`: grpc::InsecureChannelCredentials() for etcd://, SslCredentials for etcds://.
-  EtcdConnection(std::vector<std::string> endpoints, std::string user, std::string password,
-                 std::shared_ptr<grpc::ChannelCredentials> credentials, ClientOptions options);
+  EtcdConnection(const std::vector<std::string>& endpoints, std::string user, std::string password,
+                 const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                 ClientOptions options);
   EtcdConnection(const EtcdConnection&) = delete;
   EtcdConnection& operator=(const EtcdConnection&) = delete;
   // Cancels the shared streams and joins their reader threads; waiting watches return kFailed,

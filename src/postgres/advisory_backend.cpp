@@ -334,6 +334,7 @@ class AdvisoryBackend final : public Backend {
     if (!r.ok()) return r.status();
     std::vector<HolderInfo> out;
     const PGresult* res = r->get();
+    out.reserve(static_cast<std::size_t>(PQntuples(res)));
     for (int row = 0; row < PQntuples(res); ++row) {
       out.push_back(HolderInfo{PQgetvalue(res, row, 0),
                                std::string(PQgetvalue(res, row, 1)).substr(0, 8),

@@ -16,7 +16,7 @@ namespace {
 
 int millis_until(Clock::time_point deadline) {
   auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 24 * 3600 * 1000));
+  return static_cast<int>(std::clamp<long long>(left, 0, 24LL * 3600 * 1000));
 }
 
 // Waits until the socket is readable (or writable). False on deadline.

@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 
+#include "core/errno_text.h"
 #include "core/log_internal.h"
 #include "core/mutex.h"
 
@@ -353,7 +353,7 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
         std::max(std::chrono::ceil<milliseconds>(first_due - Clock::now()), milliseconds(0));
     int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
     if (ready < 0 && errno != EINTR) {
-      for (std::size_t i : owners) fail(i, Status(Code::kInternal, std::strerror(errno)));
+      for (std::size_t i : owners) fail(i, Status(Code::kInternal, detail::errno_text(errno)));
       break;
     }
     for (std::size_t k = 0; k < fds.size() && ready > 0; ++k) {

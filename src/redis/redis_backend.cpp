@@ -57,8 +57,8 @@ struct Round1 {
 
 class RedlockBackend final : public Backend {
  public:
-  RedlockBackend(std::vector<ConnectSpec> specs, ClientOptions options, std::string description,
-                 std::size_t renew_batch)
+  RedlockBackend(const std::vector<ConnectSpec>& specs, ClientOptions options,
+                 std::string description, std::size_t renew_batch)
       : options_(options),
         renew_batch_(renew_batch),
         description_(std::move(description)),
@@ -307,9 +307,9 @@ class RedlockBackend final : public Backend {
       }
       const auto answer = interpret_acquire_reply(*reply);
       if (!answer) {
-        r.errors.push_back(Status(
+        r.errors.emplace_back(
             Code::kInternal,
-            fmt::format("{}: unexpected reply to the acquire script", call.instance->address())));
+            fmt::format("{}: unexpected reply to the acquire script", call.instance->address()));
         continue;
       }
       if (answer->granted) {

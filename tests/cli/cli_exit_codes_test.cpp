@@ -141,7 +141,7 @@ TEST_F(CliExitCodes, MalformedUriGives64) {
 TEST_F(CliExitCodes, EmptyKeyGives64) { expect_usage_error(run_touch(""), "KEY"); }
 
 TEST_F(CliExitCodes, KeyOver512BytesGives64) {
-  expect_usage_error(run_touch(std::string(10 * 1024, 'k')), "512");
+  expect_usage_error(run_touch(std::string(std::size_t{10} * 1024, 'k')), "512");
 }
 
 TEST_F(CliExitCodes, ZeroTtlGives64) {

@@ -49,7 +49,7 @@ class CliRun : public ::testing::Test {
     std::vector<std::string> args = {"run", "--backend", server_->uri()};
     args.insert(args.end(), options.begin(), options.end());
     args.push_back(key);
-    args.push_back("--");
+    args.emplace_back("--");
     args.insert(args.end(), kWaitForTerm.begin(), kWaitForTerm.end());
     args.push_back(path("term"));
     args.push_back(path("started"));
@@ -106,8 +106,8 @@ TEST_F(CliRun, PasswordVariablesAreKeptFromTheCommandUnlessPassed) {
                                         "PGPASSWORD=pg-secret", "KEPT=visible"};
   for (const bool pass : {false, true}) {
     std::vector<std::string> args = {"run", "--backend", secured->uri()};
-    if (pass) args.push_back("--pass-secrets");
-    for (const char* a : {"secrets", "--", "env"}) args.push_back(a);
+    if (pass) args.emplace_back("--pass-secrets");
+    for (const char* a : {"secrets", "--", "env"}) args.emplace_back(a);
     auto r = run_cli(args, env);
     ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
     EXPECT_THAT(r.stdout_text, HasSubstr("KEPT=visible"));
@@ -298,6 +298,7 @@ TEST(CliRunRedlock, SixteenProcessesAreMutuallyExclusiveAndTokensIncrease) {
       "echo $((n + 1)) > \"$1\"; echo \"$FENCELOCK_TOKEN end\" >> \"$2\"";
   constexpr int kProcesses = 16;
   std::vector<ChildProcess> clis;
+  clis.reserve(kProcesses);
   for (int i = 0; i < kProcesses; ++i) {
     clis.push_back(spawn_cli({"run", "--backend", cluster->redlock_uri(), "--wait", "60s",
                               "counter", "--", "sh", "-c", script, "sh", counter, log},

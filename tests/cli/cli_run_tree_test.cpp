@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "core/errno_text.h"
 
 namespace fencelock::testing {
 namespace {
@@ -239,11 +240,12 @@ TEST_F(CliRunTree, UnderATerminalCmdReadsItCtrlZStopsTheJobAndCtrlCReachesAllOfI
   std::vector<std::string> args = cli_argv({"run", "--backend", server_->uri(), "tree-tty", "--",
                                             "sh", "-c", script, "sh", path("pids")});
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   int master = -1;
   const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0) << std::strerror(errno);
+  ASSERT_GE(pid, 0) << detail::errno_text(errno);
   if (pid == 0) {
     ::execv(argv[0], argv.data());
     _exit(127);

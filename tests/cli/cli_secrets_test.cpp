@@ -68,7 +68,7 @@ class CliSecrets : public ::testing::Test {
 
   // run (JSON summary, metrics file, the command's environment), status and list, on `uri`.
   void run_status_list(const std::string& label, const std::string& uri, Channels& out,
-                       std::vector<std::string> env = {}) {
+                       const std::vector<std::string>& env = {}) {
     const std::string metrics = fmt::format("{}/{}.prom", dir_, label);
     const std::string command_env = fmt::format("{}/{}.env", dir_, label);
     RunResult run = run_cli({"run", "--backend", uri, "--json", "--metrics", metrics, "secrets/k",
@@ -103,7 +103,7 @@ class CliSecrets : public ::testing::Test {
   }
 
   void torture(const std::string& label, const std::string& uri, Channels& out,
-               std::vector<std::string> env = {}) {
+               const std::vector<std::string>& env = {}) {
     const std::string work = fmt::format("{}/{}-torture", dir_, label);
     RunResult r = run_cli({"torture", "--backend", uri, "--json", "--workers", "2", "--duration",
                            "3s", "--faults", "none", "--work-dir", work},

@@ -110,6 +110,7 @@ TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
 
 TYPED_TEST(Conformance, Fencing_TokensStrictlyIncreaseAcross1000GrantsFromSeveralClients) {
   std::vector<Client> clients;
+  clients.reserve(4);
   for (int i = 0; i < 4; ++i) clients.push_back(this->connect());
   auto k = this->key("fencing/sequential");
   std::uint64_t last = 0;
@@ -125,12 +126,14 @@ TYPED_TEST(Conformance, Fencing_TokensStrictlyIncreaseAcross1000GrantsFromSevera
 TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
   constexpr int kClients = 4, kGrantsEach = 15;
   std::vector<Client> clients;
+  clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("fencing/contended");
   fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> order;  // tokens in the order the critical sections ran
   std::atomic<int> failures{0};
   std::vector<std::jthread> threads;
+  threads.reserve(kClients);
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       for (int i = 0; i < kGrantsEach; ++i) {
@@ -170,6 +173,7 @@ TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid
 TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention) {
   constexpr int kClients = 4, kThreadsPerClient = 2, kGrantsEach = 8;
   std::vector<Client> clients;
+  clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("mutex/contended");
   std::atomic<int> inside{0}, overlaps{0}, grants{0};
@@ -367,6 +371,7 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
   fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> tokens;
   std::vector<std::jthread> threads;
+  threads.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&] {
       auto mine = waiters.acquire(k, {.ttl = 10s, .wait = 30s});

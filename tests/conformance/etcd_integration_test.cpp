@@ -294,6 +294,7 @@ TEST_F(EtcdIntegration, AFailoverToAnotherMemberIsCountedAsAReconnect) {
 TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGrowingTokens) {
   Client holder = connect();
   std::vector<Client> waiters;
+  waiters.reserve(3);
   for (int i = 0; i < 3; ++i) waiters.push_back(connect());
   const auto key = *LockKey::make("failover-contended");
   auto lease = holder.acquire(key, {.ttl = 6s});
@@ -302,6 +303,7 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
   fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> tokens{lease->token().value()};
   std::vector<std::jthread> threads;
+  threads.reserve(waiters.size());
   for (auto& waiter : waiters) {
     threads.emplace_back([&, client = &waiter] {
       auto mine = client->acquire(key, {.ttl = 6s, .wait = 40s});
@@ -386,6 +388,7 @@ TEST_F(EtcdIntegration, AWaiterKeepsItsPlaceInLineLongerThanItsTtl) {
 TEST_F(EtcdIntegration, WaitersOfSeveralClientsAreGrantedInArrivalOrder) {
   Client holder = connect();
   std::vector<Client> clients;
+  clients.reserve(3);
   for (int i = 0; i < 3; ++i) clients.push_back(connect());
   const auto key = *LockKey::make("fifo");
   auto lease = holder.acquire(key, {.ttl = 30s});
@@ -448,6 +451,9 @@ TEST_F(EtcdIntegration, CredentialsInTheUriAuthenticateAndWrongOnesAreRejectedAt
 
 TEST_F(EtcdIntegration, CredentialsFromTheEnvironmentAuthenticateWhenTheUriHasNone) {
   cluster_->enable_auth("bob", "from-env");
+  // setenv while the first Client's threads run is safe here: the library reads these variables
+  // only in connect(), on this thread, and the test binary runs one test at a time.
+  // NOLINTBEGIN(concurrency-mt-unsafe)
   ::setenv("FENCELOCK_ETCD_PASSWORD", "from-env", 1);
   auto user_in_uri =
       Client::connect("etcd://bob@" + cluster_->endpoints() + "?" + kAcceptDebianEtcd);
@@ -457,6 +463,7 @@ TEST_F(EtcdIntegration, CredentialsFromTheEnvironmentAuthenticateWhenTheUriHasNo
   auto wrong = Client::connect(cluster_->uri());
   ::unsetenv("FENCELOCK_ETCD_USER");
   ::unsetenv("FENCELOCK_ETCD_PASSWORD");
+  // NOLINTEND(concurrency-mt-unsafe)
   auto missing = Client::connect("etcd://bob@" + cluster_->endpoints());
 
   ASSERT_TRUE(user_in_uri.ok()) << user_in_uri.status().to_string();
@@ -558,7 +565,7 @@ TEST(EtcdTls, EtcdsWithCaAndClientCertificateWorksAndEveryMisconfigurationIsACle
   const std::string fifo = dir + "/fifo.pem";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& path : {fifo, std::string("/dev/zero"), dir}) {
-    auto odd = Client::connect("etcds://" + hosts + "?cacert=" + path);
+    auto odd = Client::connect(fmt::format("etcds://{}?cacert={}", hosts, path));
     EXPECT_EQ(odd.code(), Code::kInvalidArgument) << path << ": " << odd.status().to_string();
     EXPECT_NE(odd.status().message().find("regular file"), std::string::npos)
         << odd.status().message();

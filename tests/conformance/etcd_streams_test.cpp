@@ -42,12 +42,13 @@ class EtcdStreams : public ::testing::Test {
   }
 
   // A connection to `members` (in this order), by default member 0 only.
-  std::unique_ptr<EtcdConnection> connect(std::vector<int> members = {0}) {
+  std::unique_ptr<EtcdConnection> connect(const std::vector<int>& members = {0}) {
     ClientOptions options;
     options.io_timeout = 1s;
     std::vector<std::string> endpoints;
+    endpoints.reserve(members.size());
     for (int i : members) endpoints.push_back(cluster_->client_endpoint(i));
-    auto conn = std::make_unique<EtcdConnection>(std::move(endpoints), "", "",
+    auto conn = std::make_unique<EtcdConnection>(endpoints, "", "",
                                                  grpc::InsecureChannelCredentials(), options);
     Status connected = conn->connect();
     if (!connected.ok()) throw std::runtime_error(connected.to_string());
@@ -137,6 +138,7 @@ TEST_F(EtcdStreams, ConcurrentWatchesAndKeepAlivesShareOneStreamEach) {
   std::vector<WatchResult> results(kWatches, WatchResult::kFailed);
   std::vector<std::string> seen(kWatches);  // the key of the event that woke watch i
   std::vector<std::thread> threads;
+  threads.reserve(kWatches);
   for (int i = 0; i < kWatches; ++i) {
     threads.emplace_back([&, i] {
       pb::WatchCreateRequest create;
@@ -155,6 +157,7 @@ TEST_F(EtcdStreams, ConcurrentWatchesAndKeepAlivesShareOneStreamEach) {
   }
   std::atomic<int> renewed{0};
   std::vector<std::thread> keepers;
+  keepers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     keepers.emplace_back([&, t] {
       for (int round = 0; round < 5; ++round) {
@@ -242,6 +245,7 @@ TEST_F(EtcdStreams, AKilledMemberFailsPendingWatchesAndKeepAlives) {
   ASSERT_TRUE(conn_->keep_alive(lease, Clock::now() + 5s, &ttl).ok());
   std::vector<WatchResult> results(kWatches, WatchResult::kEvent);
   std::vector<std::jthread> threads;
+  threads.reserve(kWatches);
   for (int i = 0; i < kWatches; ++i) {
     threads.emplace_back([&, i] {
       results[i] = conn_->wait_for_delete("streams/kill", revision + 1, Clock::now() + 30s, {});
@@ -317,6 +321,7 @@ TEST_F(EtcdStreams, DestroyingTheConnectionEndsWaitingWatches) {
   EtcdConnection* conn = conn_.get();
   std::vector<WatchResult> results(kWatches, WatchResult::kEvent);
   std::vector<std::thread> threads;
+  threads.reserve(kWatches);
   for (int i = 0; i < kWatches; ++i) {
     threads.emplace_back([&, i] {
       results[i] = conn->wait_for_delete("streams/destroy", revision + 1, Clock::now() + 30s, {});

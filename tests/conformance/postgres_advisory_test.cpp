@@ -140,6 +140,7 @@ TEST_F(PostgresAdvisory, WaitersAreGrantedInTheirQueueOrder) {
   auto held = holder.acquire(key("fifo"), {.ttl = 30s});
   ASSERT_TRUE(held.ok());
   std::vector<Client> clients;
+  clients.reserve(kWaiters);
   for (int i = 0; i < kWaiters; ++i) clients.push_back(connect());
   fencelock::detail::Mutex mu;
   std::vector<int> order;
@@ -197,6 +198,7 @@ TEST_F(PostgresAdvisory, HundredWaitersOnHundredKeysShareAPoolOfEight) {
   std::vector<std::string> failures;
   fencelock::detail::Mutex mu;
   std::vector<std::jthread> threads;
+  threads.reserve(kKeys);
   for (int i = 0; i < kKeys; ++i) {
     threads.emplace_back([&, i] {
       auto lease = waiters.acquire(key("many/" + std::to_string(i)), {.ttl = 5s, .wait = 60s});

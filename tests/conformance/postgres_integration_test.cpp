@@ -72,7 +72,7 @@ TEST(PostgresTls, VerifyFullConnectsWithTheRightCaAndRefusesAWrongOne) {
   ASSERT_TRUE(eventually([&] { return server->sql("SHOW ssl") == "on"; }, 10s));
 
   for (const std::string mode : {"advisory", "lease"}) {
-    auto client = Client::connect(plain_uri + "&mode=" + mode);
+    auto client = Client::connect(fmt::format("{}&mode={}", plain_uri, mode));
     ASSERT_TRUE(client.ok()) << mode << ": " << client.status().to_string();
     auto lease = client->acquire(key("tls-" + mode), {.ttl = 5s});
     ASSERT_TRUE(lease.ok()) << mode << ": " << lease.status().to_string();

@@ -305,6 +305,7 @@ TEST(RedlockConnect, SilentInstancesAreTriedAtOnceUnderOneDeadline) {
       std::vector<int> open;
       while (!done.load()) {
         std::vector<pollfd> fds;
+        fds.reserve(listeners.size());
         for (int l : listeners) fds.push_back({l, POLLIN, 0});
         for (int c : open) fds.push_back({c, POLLIN, 0});
         if (::poll(fds.data(), fds.size(), 10) <= 0) continue;
@@ -394,6 +395,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   auto held = holder.acquire(key("fifo"), {.ttl = 30s});
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   std::vector<Client> clients;
+  clients.reserve(static_cast<std::size_t>(kWaiters + 1));
   for (int i = 0; i < kWaiters + 1; ++i)
     clients.push_back(connect_or_throw(cluster_->redlock_uri()));
   auto queued = [&] {

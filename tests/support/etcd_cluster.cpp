@@ -119,6 +119,7 @@ std::unique_ptr<EtcdCluster> EtcdCluster::start_cluster(int members, std::option
       make_temp_dir("fencelock-etcd-"), std::move(etcd), std::move(etcdctl), members));
   cluster->tls_ = std::move(tls);
   std::vector<int> all;
+  all.reserve(static_cast<std::size_t>(members));
   for (int i = 0; i < members; ++i) all.push_back(i);
   for (int attempt = 1;; ++attempt) {
     cluster->assign_ports_and_token();
@@ -251,7 +252,7 @@ void EtcdCluster::launch(int i, bool existing) {
   spawn.stderr_fd = log_fd;
   spawn.die_with_parent = true;
   try {
-    member(i).process.emplace(ChildProcess::spawn_with(member_args(i, existing), std::move(spawn)));
+    member(i).process.emplace(ChildProcess::spawn_with(member_args(i, existing), spawn));
   } catch (...) {
     ::close(log_fd);
     throw;

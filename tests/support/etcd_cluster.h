@@ -121,7 +121,7 @@ class EtcdCluster {
   void assign_ports_and_token();
   std::vector<std::string> member_args(int i, bool existing) const;
   void launch(int i, bool existing);
-  void wait_until_healthy(const std::vector<int>& members);
+  void wait_until_healthy(const std::vector<int>& indexes);
   std::string data_dir(int i) const;
   std::string log_tail(int i, int lines = 20) const;
   std::string members_log_tails() const;

@@ -99,11 +99,11 @@ std::vector<std::string> psql_environment(const std::string& password, const std
                                   "PGSYSCONFDIR"};
   env.push_back(password.empty() ? "PGPASSWORD" : "PGPASSWORD=" + password);
   env.push_back("PGPASSFILE=" + dir + "/no-pgpass");
-  env.push_back("PGSSLMODE=disable");
-  env.push_back("PGGSSENCMODE=disable");
-  env.push_back("PGCONNECT_TIMEOUT=10");
-  env.push_back("PGAPPNAME=fencelock-test-psql");
-  env.push_back("LC_ALL=C");
+  env.emplace_back("PGSSLMODE=disable");
+  env.emplace_back("PGGSSENCMODE=disable");
+  env.emplace_back("PGCONNECT_TIMEOUT=10");
+  env.emplace_back("PGAPPNAME=fencelock-test-psql");
+  env.emplace_back("LC_ALL=C");
   return env;
 }
 
@@ -326,7 +326,7 @@ std::vector<std::string> PostgresServer::as_server_user(bool with_pdeathsig) con
     if (prefix.empty()) prefix.push_back(programs_.setpriv);
     prefix.insert(prefix.end(), {"--pdeathsig", "SIGQUIT"});
   }
-  if (!prefix.empty()) prefix.push_back("--");
+  if (!prefix.empty()) prefix.emplace_back("--");
   return prefix;
 }
 
@@ -372,7 +372,7 @@ void PostgresServer::launch() {
   spawn.die_with_parent = true;
   spawn.extra_env = {"PGDATA", "PGPORT", "LC_ALL=C"};
   try {
-    process_.emplace(ChildProcess::spawn_with(server_args(), std::move(spawn)));
+    process_.emplace(ChildProcess::spawn_with(server_args(), spawn));
   } catch (...) {
     ::close(log_fd);
     throw;

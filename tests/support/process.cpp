@@ -28,8 +28,6 @@
 
 #include <fmt/format.h>
 
-extern char** environ;
-
 namespace fencelock::testing {
 namespace {
 
@@ -153,7 +151,7 @@ void close_inherited_fds(int keep, int max_fd) noexcept {
   }
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2}) {
@@ -280,10 +278,10 @@ ChildProcess ChildProcess::spawn(std::vector<std::string> argv, std::vector<std:
   options.extra_env = std::move(extra_env);
   options.stdout_file = std::move(stdout_file);
   options.stderr_file = std::move(stderr_file);
-  return spawn_with(std::move(argv), std::move(options));
+  return spawn_with(std::move(argv), options);
 }
 
-ChildProcess ChildProcess::spawn_with(std::vector<std::string> argv, SpawnOptions options) {
+ChildProcess ChildProcess::spawn_with(std::vector<std::string> argv, const SpawnOptions& options) {
   if (argv.empty()) throw std::runtime_error("ChildProcess::spawn: empty argv");
   auto path = find_executable(argv[0]);
   if (!path) {
@@ -399,7 +397,7 @@ RunResult run_command(const std::vector<std::string>& argv,
   options.stdin_fd = in.read_end.get();
   options.stdout_fd = out.write_end.get();
   options.stderr_fd = err.write_end.get();
-  ChildProcess child = ChildProcess::spawn_with(argv, std::move(options));
+  ChildProcess child = ChildProcess::spawn_with(argv, options);
   in.read_end.reset();
   out.write_end.reset();
   err.write_end.reset();

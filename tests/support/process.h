@@ -52,7 +52,7 @@ class ChildProcess {
   // program is not found or not executable, an output file cannot be opened, or fork/exec fails.
   static ChildProcess spawn(std::vector<std::string> argv, std::vector<std::string> extra_env = {},
                             std::string stdout_file = "", std::string stderr_file = "");
-  static ChildProcess spawn_with(std::vector<std::string> argv, SpawnOptions options);
+  static ChildProcess spawn_with(std::vector<std::string> argv, const SpawnOptions& options);
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

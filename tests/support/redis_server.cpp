@@ -218,7 +218,7 @@ std::vector<std::string> RedisServer::server_args() const {
 void RedisServer::launch() {
   SpawnOptions spawn;
   spawn.die_with_parent = true;
-  process_.emplace(ChildProcess::spawn_with(server_args(), std::move(spawn)));
+  process_.emplace(ChildProcess::spawn_with(server_args(), spawn));
 }
 
 void RedisServer::wait_until_ready() {
@@ -320,7 +320,7 @@ std::vector<std::string> RedisServer::keys(std::string_view pattern) {
 
 std::string RedisServer::log_tail(int lines) const { return file_tail(log_path(), lines); }
 
-std::unique_ptr<RedisCluster> RedisCluster::start(int n, RedisServerOptions options) {
+std::unique_ptr<RedisCluster> RedisCluster::start(int n, const RedisServerOptions& options) {
   if (n < 1) throw std::invalid_argument("RedisCluster::start: n must be at least 1");
   auto cluster = std::make_unique<RedisCluster>();
   for (int i = 0; i < n; ++i) cluster->servers_.push_back(RedisServer::start(options));

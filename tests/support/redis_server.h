@@ -117,7 +117,7 @@ class RedisServer {
 class RedisCluster {
  public:
   // Starts n servers with the same options. Throws std::runtime_error like RedisServer::start().
-  static std::unique_ptr<RedisCluster> start(int n, RedisServerOptions options = {});
+  static std::unique_ptr<RedisCluster> start(int n, const RedisServerOptions& options = {});
 
   // REQUIRES: 0 <= i < size().
   RedisServer& operator[](int i);

@@ -92,7 +92,7 @@ std::string write_control_script(const std::string& dir, RedisCluster& cluster) 
     deletes += fmt::format("redis-cli -p {} DEL \"fencelock:{{$3}}\" >/dev/null || exit 1\n",
                            cluster[i].port());
   }
-  const std::string path = dir + "/control.sh";
+  std::string path = dir + "/control.sh";
   std::ofstream(path) << "#!/bin/sh\n"
                       << "set -eu\n"
                       << "if [ \"$1\" = admin-delete ]; then\n"

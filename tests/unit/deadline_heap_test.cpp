@@ -29,6 +29,7 @@ TimePoint at(int ms) { return TimePoint(std::chrono::milliseconds(ms)); }
 
 std::vector<std::shared_ptr<Item>> make_items(int n) {
   std::vector<std::shared_ptr<Item>> items;
+  items.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) items.push_back(std::make_shared<Item>(Item{i, kNotInHeap}));
   return items;
 }

@@ -106,6 +106,7 @@ TEST(LocalQueue, ThreadsEnterInTheOrderTheyJoinedTheLine) {
   head.reset();
   for (auto& t : threads) t.join();
   std::vector<int> expected;
+  expected.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) expected.push_back(i);
   EXPECT_EQ(order, expected);
   EXPECT_EQ(queue.waiting("k"), 0u);

@@ -207,6 +207,7 @@ TEST(Histogram, ConcurrentObservationsAreAllCounted) {
   constexpr int kEach = 10'000;
   {
     std::vector<std::jthread> threads;
+    threads.reserve(kThreads);
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&] {
         for (int i = 0; i < kEach; ++i) h.observe(std::chrono::microseconds(i));

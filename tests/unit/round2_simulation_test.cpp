@@ -326,7 +326,7 @@ GrantLog explore(int n, std::uint64_t seed, int steps, bool with_round2) {
     const int action = static_cast<int>(rng() % 100);
     Client& c = clients[rng() % clients.size()];
     Reachable reachable(static_cast<std::size_t>(n));
-    for (std::size_t i = 0; i < reachable.size(); ++i) reachable[i] = rng() % 100 < 70;
+    for (auto&& reached : reachable) reached = rng() % 100 < 70;
     const Time advance_by = static_cast<Time>(rng() % (kTtl / 2 + 1));
     const bool pause_between_rounds = rng() % 4 == 0;
 

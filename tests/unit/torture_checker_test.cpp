@@ -79,7 +79,8 @@ class History {
   }
   // `n` clean cycles of worker 0 starting at `at`, tokens and values going on from the given ones.
   History& cycles(int n, std::uint64_t first_token, std::uint64_t first_value, Nanos at) {
-    for (int i = 0; i < n; ++i) cycle(0, first_token + i, first_value + i, at + i * 10 * kMs);
+    for (int i = 0; i < n; ++i)
+      cycle(0, first_token + i, first_value + i, at + Nanos{i} * 10 * kMs);
     return *this;
   }
   History& fault(InjectedFault f) {

@@ -49,9 +49,10 @@ TEST(LockKey, AcceptsExactly512Bytes) {
 }
 
 TEST(LockKey, AcceptsAnyNonNulBytes) {
-  for (std::string name : {std::string("{tag}"), std::string("}{"), std::string("jobs:*"),
-                           std::string("line\nbreak"), std::string("caf\xC3\xA9 \xE2\x9C\x93"),
-                           std::string("\x01\x7f\xff"), std::string(" "), std::string("a/b\\c")}) {
+  for (const std::string& name :
+       {std::string("{tag}"), std::string("}{"), std::string("jobs:*"), std::string("line\nbreak"),
+        std::string("caf\xC3\xA9 \xE2\x9C\x93"), std::string("\x01\x7f\xff"), std::string(" "),
+        std::string("a/b\\c")}) {
     auto key = LockKey::make(name);
     ASSERT_TRUE(key.ok()) << key.status().to_string();
     EXPECT_EQ(key->str(), name);
@@ -73,7 +74,7 @@ TEST(LockKey, Rejects513Bytes) {
 }
 
 TEST(LockKey, Rejects10Kilobytes) {
-  EXPECT_EQ(LockKey::make(std::string(10 * 1024, 'a')).code(), Code::kInvalidArgument);
+  EXPECT_EQ(LockKey::make(std::string(std::size_t{10} * 1024, 'a')).code(), Code::kInvalidArgument);
 }
 
 TEST(LockKey, RejectsAnEmbeddedNul) {

@@ -2,6 +2,7 @@
 // in its own file (run_command, inspect_commands). docs/CLI.md is the manual.
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include <fmt/format.h>
@@ -363,9 +364,12 @@ int main_with_args(int argc, char** argv) {
 
 }  // namespace fencelock::cli
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // A write to a server connection the peer closed must fail with EPIPE, not kill fencelock (and
   // leave `run`'s command unsupervised). The command gets the default disposition back.
   std::signal(SIGPIPE, SIG_IGN);
   return fencelock::cli::main_with_args(argc, argv);
+} catch (const std::exception& e) {  // one no command caught: an error exit, not std::terminate
+  std::fprintf(stderr, "fencelock: internal error: %s\n", e.what());
+  return fencelock::cli::kExitSoftware;
 }

@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <vector>
+
+#include "core/errno_text.h"
 
 namespace fencelock::cli {
 
@@ -15,7 +16,7 @@ std::string replace_file(const std::string& path, std::string_view text) {
   for (char c : std::string_view(".tmp.XXXXXX")) temp.push_back(c);
   temp.push_back('\0');
   const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
-  if (fd < 0) return std::strerror(errno);
+  if (fd < 0) return detail::errno_text(errno);
   bool ok = ::fchmod(fd, 0644) == 0;
   int error = errno;
   for (std::size_t done = 0; ok && done < text.size();) {
@@ -38,7 +39,7 @@ std::string replace_file(const std::string& path, std::string_view text) {
   }
   if (ok) return "";
   ::unlink(temp.data());
-  return std::strerror(error);
+  return detail::errno_text(error);
 }
 
 std::FILE* open_no_follow(const std::string& path, bool append) {

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "core/errno_text.h"
+
 namespace fencelock::cli {
 namespace {
 
@@ -142,7 +144,7 @@ namespace {
   }
   sigset_t none;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
   // Keep only the pipe: inherited sockets must not outlive fencelock in this process.
   if (read_fd > 0) ::close_range(0, static_cast<unsigned>(read_fd) - 1, 0);
   ::close_range(static_cast<unsigned>(read_fd) + 1, ~0U, 0);
@@ -201,7 +203,7 @@ void Guardian::stand_down() {
 
 std::string become_subreaper() {
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0) return "";
-  return fmt::format("cannot become a child subreaper: {}", std::strerror(errno));
+  return fmt::format("cannot become a child subreaper: {}", detail::errno_text(errno));
 }
 
 namespace pid_namespace {
@@ -231,7 +233,7 @@ std::string refusal() {
   }
   const int flags = CLONE_NEWPID | (with_user_namespace() ? CLONE_NEWUSER : 0);
   const pid_t probe = ::fork();
-  if (probe < 0) return fmt::format("--pid-namespace: cannot fork: {}", std::strerror(errno));
+  if (probe < 0) return fmt::format("--pid-namespace: cannot fork: {}", detail::errno_text(errno));
   if (probe == 0) _exit(::unshare(flags) == 0 ? 0 : (errno & 0xff));
   int status = 0;
   while (::waitpid(probe, &status, 0) < 0 && errno == EINTR) {
@@ -240,7 +242,7 @@ std::string refusal() {
   if (err == 0) return "";
   return fmt::format(
       "--pid-namespace: the kernel refuses a new {}PID namespace here: {}; {}",
-      with_user_namespace() ? "user and " : "", std::strerror(err),
+      with_user_namespace() ? "user and " : "", detail::errno_text(err),
       with_user_namespace()
           ? "unprivileged user namespaces may be disabled (sysctl user.max_user_namespaces, "
             "kernel.unprivileged_userns_clone, or an AppArmor/seccomp policy); run without "

@@ -12,7 +12,6 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -23,6 +22,7 @@
 #include "acquisition.h"
 #include "backend_choice.h"
 #include "core/duration.h"
+#include "core/errno_text.h"
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
@@ -33,8 +33,6 @@
 #include "signals.h"
 #include "supervisor.h"
 #include "unique_fd.h"
-
-extern char** environ;
 
 namespace fencelock::cli {
 namespace {
@@ -117,7 +115,7 @@ Status check_metrics_path(const std::string& path) {
   const std::string& needs_write = metrics_written_in_place(path) ? path : dir;
   if (::access(needs_write.c_str(), W_OK) != 0) {
     return Status(Code::kInvalidArgument,
-                  fmt::format("--metrics: cannot write '{}': {}", path, std::strerror(errno)));
+                  fmt::format("--metrics: cannot write '{}': {}", path, detail::errno_text(errno)));
   }
   return Status::Ok();
 }
@@ -128,14 +126,14 @@ Status check_metrics_path(const std::string& path) {
 std::string write_metrics_file(const std::string& path, std::string_view text) {
   if (!metrics_written_in_place(path)) return replace_file(path, text);
   std::FILE* file = std::fopen(path.c_str(), "we");
-  if (file == nullptr) return std::strerror(errno);
+  if (file == nullptr) return detail::errno_text(errno);
   bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
   int error = errno;
   if (std::fclose(file) != 0 && ok) {
     ok = false;
     error = errno;
   }
-  return ok ? "" : std::strerror(error);
+  return ok ? "" : detail::errno_text(error);
 }
 
 // Writes the client's metrics for --metrics. A failure is a warning: the exit code stays the
@@ -212,7 +210,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     Status released = lease.release();
     (void)released;
     return reporter.fail(kExitSoftware, "internal",
-                         fmt::format("cannot open an eventfd: {}", std::strerror(errno)), summary);
+                         fmt::format("cannot open an eventfd: {}", detail::errno_text(errno)),
+                         summary);
   }
   lease.on_lost([lost_fd] {
     std::uint64_t one = 1;
@@ -238,8 +237,8 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     (void)released;
     int code = child.exec_errno == ENOENT ? kExitNotFound : kExitCannotExecute;
     return reporter.fail(
-        code, "exec", fmt::format("cannot run '{}': {}", program, std::strerror(child.exec_errno)),
-        summary);
+        code, "exec",
+        fmt::format("cannot run '{}': {}", program, detail::errno_text(child.exec_errno)), summary);
   }
 
   const LeaseDeadline deadline{[&lease] { return lease.valid_until(); }, settings.acquire.ttl,
@@ -381,7 +380,7 @@ int run_command(const RunArgs& args) {
   if (!guardian.active()) {
     return reporter.fail(kExitSoftware, "internal",
                          fmt::format("cannot start the process guardian: {}; nothing was acquired",
-                                     std::strerror(errno)),
+                                     detail::errno_text(errno)),
                          fields);
   }
   // Orphans of the command's tree are re-parented to fencelock, which ends them.

@@ -1,9 +1,10 @@
 #include "signals.h"
 
 #include <cerrno>
-#include <cstring>
 
 #include <fmt/format.h>
+
+#include "core/errno_text.h"
 
 namespace fencelock::cli {
 
@@ -41,13 +42,15 @@ Result<SignalChannel> SignalChannel::open() {
   sigaddset(&watched, SIGCHLD);
   sigset_t original;
   if (int err = pthread_sigmask(SIG_BLOCK, &watched, &original); err != 0) {
-    return Status(Code::kInternal, fmt::format("cannot block signals: {}", std::strerror(err)));
+    return Status(Code::kInternal,
+                  fmt::format("cannot block signals: {}", detail::errno_text(err)));
   }
   UniqueFd fd(signalfd(-1, &watched, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!fd.valid()) {
     int err = errno;
     pthread_sigmask(SIG_SETMASK, &original, nullptr);
-    return Status(Code::kInternal, fmt::format("cannot open a signalfd: {}", std::strerror(err)));
+    return Status(Code::kInternal,
+                  fmt::format("cannot open a signalfd: {}", detail::errno_text(err)));
   }
   return SignalChannel(std::move(fd), original);
 }

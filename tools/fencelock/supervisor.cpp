@@ -45,13 +45,13 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
     sigset_t ttou;
     sigemptyset(&ttou);
     sigaddset(&ttou, SIGTTOU);
-    sigprocmask(SIG_BLOCK, &ttou, nullptr);
+    pthread_sigmask(SIG_BLOCK, &ttou, nullptr);
     ::tcsetpgrp(terminal_fd, ::getpid());
   }
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGPIPE, &dfl, nullptr);
-  sigprocmask(SIG_SETMASK, &mask, nullptr);
+  pthread_sigmask(SIG_SETMASK, &mask, nullptr);
   execvpe(argv[0], argv, envp);
   int err = errno;
   ssize_t ignored = ::write(error_pipe, &err, sizeof err);

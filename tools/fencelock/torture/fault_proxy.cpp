@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <deque>
 #include <list>
 #include <stdexcept>
@@ -21,6 +20,8 @@
 
 #include <fmt/format.h>
 #include "core/mutex.h"
+
+#include "core/errno_text.h"
 
 namespace fencelock::torture {
 
@@ -261,7 +262,7 @@ FaultProxy::FaultProxy(std::string target_host, std::uint16_t target_port)
       ::listen(impl_->listener, 128) != 0 ||
       ::getsockname(impl_->listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
       ::pipe2(impl_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    const std::string why = std::strerror(errno);
+    const std::string why = detail::errno_text(errno);
     if (impl_->listener >= 0) ::close(impl_->listener);
     throw std::runtime_error("fault proxy: cannot listen on 127.0.0.1: " + why);
   }

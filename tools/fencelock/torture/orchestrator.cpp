@@ -30,8 +30,6 @@
 #include "torture/fault_proxy.h"
 #include "torture/shared_register.h"
 
-extern char** environ;
-
 namespace fencelock::torture {
 
 namespace {
@@ -101,7 +99,7 @@ class WorkerProcess {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       sigset_t none;
       sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
       ::execve("/proc/self/exe", raw.data(), env.data());
       ::_exit(127);
     }
@@ -177,7 +175,7 @@ std::optional<bool> port_refuses(const std::string& host, std::uint16_t port) {
 
 class Orchestrator {
  public:
-  Orchestrator(RunSettings settings, std::string uri, std::string dir)
+  Orchestrator(RunSettings settings, const std::string& uri, std::string dir)
       : settings_(std::move(settings)), dir_(std::move(dir)), uri_(uri) {
     // many-leases is a condition of the whole run, not an injection on the schedule.
     for (const std::string& f : settings_.faults) {
@@ -373,6 +371,7 @@ class Orchestrator {
     std::vector<std::string> argv = {program_path(settings_.server_control)};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;
+    raw.reserve(argv.size() + 1);
     for (auto& a : argv) raw.push_back(a.data());
     raw.push_back(nullptr);
     const std::string log = dir_ + "/server-control.log";
@@ -386,7 +385,7 @@ class Orchestrator {
       }
       sigset_t none;
       sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
       ::execv(raw[0], raw.data());
       ::_exit(127);
     }
@@ -434,7 +433,7 @@ class Orchestrator {
     std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
     while (!dirs.empty()) {
       const std::size_t colon = std::min(dirs.find(':'), dirs.size());
-      const std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), program);
+      std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), program);
       if (::access(candidate.c_str(), X_OK) == 0) return candidate;
       dirs.remove_prefix(std::min(colon + 1, dirs.size()));
     }

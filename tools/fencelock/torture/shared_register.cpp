@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 #include "core/mutex.h"
 
+#include "core/errno_text.h"
+
 namespace fencelock::torture {
 
 Nanos monotonic_now() {
@@ -47,7 +49,7 @@ SharedRegister::SharedRegister(std::string path, FenceMode mode)
   sockaddr_un addr = unix_address(path_);
   if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(listener_, 64) != 0) {
-    const std::string why = std::strerror(errno);
+    const std::string why = detail::errno_text(errno);
     if (listener_ >= 0) ::close(listener_);
     throw std::runtime_error(fmt::format("register: cannot listen on {}: {}", path_, why));
   }
@@ -231,7 +233,7 @@ RegisterClient::RegisterClient(const std::string& path) {
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr = unix_address(path);
   if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    const std::string why = std::strerror(errno);
+    const std::string why = detail::errno_text(errno);
     if (fd_ >= 0) ::close(fd_);
     throw std::runtime_error(fmt::format("cannot reach the register at {}: {}", path, why));
   }
