@@ -63,7 +63,9 @@ void check_etcd_value(const std::string& metadata) {
 }
 
 void check_rendering(const std::string& text) {
-  fencelock::HolderInfo holder{text, text.substr(0, 8), std::nullopt,
+  auto key = fencelock::LockKey::make(text);
+  if (!key.ok()) key = fencelock::LockKey::make("k");
+  fencelock::HolderInfo holder{*key, text.substr(0, 8), std::nullopt,
                                std::chrono::milliseconds(static_cast<long long>(text.size())),
                                text};
   if (!text.empty()) holder.token = fencelock::FencingToken(text.size());

@@ -36,7 +36,9 @@ namespace fencelock {
 
 // The leader of an election as the servers see it.
 struct LeaderInfo {
-  std::string key;        // the leader's etcd key, "NAME/<lease hex>"
+  // The leader's etcd key, "NAME/<lease hex>": the server's key of this campaigner, not a lock
+  // name (up to LockKey::kMaxBytes + 17 bytes), hence a string and not a LockKey.
+  std::string key;
   std::string value;      // what the leader proclaimed (verbatim)
   FencingToken token{0};  // create revision of the leader's key: larger for every new term
 };

@@ -67,9 +67,11 @@ class FencingToken {
   std::uint64_t value_;
 };
 
-// What inspect() and list() report about a held lock.
+// What inspect() and list() report about a held lock. list() leaves out what a server holds under
+// a name that is not a LockKey (written by another client: empty, too long, with a NUL byte) and
+// logs a warning saying how many.
 struct HolderInfo {
-  std::string key;
+  LockKey key;
   std::string owner_prefix;  // OwnerId::short_hex() of the holder
   // nullopt when the backend cannot tell (a foreign Redlock client's lock, a psql session's
   // advisory lock); a token, when there is one, is never 0.

@@ -23,6 +23,21 @@ namespace fencelock::detail {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// A holder as a backend read it from its server. `key` is the name the server stores: a foreign
+// writer (or a client of another library) can leave one that is no valid LockKey (empty, longer
+// than LockKey::kMaxBytes, or with a NUL byte); Client::list skips those (and logs a warning).
+struct HolderRow {
+  std::string key;
+  std::string owner_prefix;  // OwnerId::short_hex() of the holder
+  std::optional<FencingToken> token;
+  milliseconds ttl_remaining{0};
+  std::string metadata;
+};
+
+// The HolderInfo of every row whose key is a valid LockKey, in their order; one warning to the log
+// sink says how many were left out (Client::list).
+std::vector<HolderInfo> holders_of(std::vector<HolderRow> rows);
+
 struct GrantRequest {
   const LockKey& key;
   const OwnerId& owner;
@@ -165,8 +180,8 @@ class Backend {
     return release(key, owner, deadline);
   }
 
-  virtual Result<std::optional<HolderInfo>> inspect(const LockKey& key) = 0;
-  virtual Result<std::vector<HolderInfo>> list(std::string_view prefix) = 0;
+  virtual Result<std::optional<HolderRow>> inspect(const LockKey& key) = 0;
+  virtual Result<std::vector<HolderRow>> list(std::string_view prefix) = 0;
 
   // The backend's URI without credentials.
   virtual std::string describe() const = 0;

@@ -7,6 +7,7 @@
 
 #include "core/client_core.h"
 #include "core/duration.h"
+#include "core/log_internal.h"
 #include "core/uri.h"
 #include "etcd/etcd_backend.h"
 #include "memory/memory_backend.h"
@@ -32,6 +33,33 @@ Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
 }
 
 }  // namespace
+
+namespace detail {
+
+std::vector<HolderInfo> holders_of(std::vector<HolderRow> rows) {
+  std::vector<HolderInfo> out;
+  out.reserve(rows.size());
+  std::size_t skipped = 0;
+  std::size_t first_skipped_bytes = 0;
+  for (HolderRow& row : rows) {
+    auto key = LockKey::make(row.key);
+    if (!key.ok()) {
+      if (skipped++ == 0) first_skipped_bytes = row.key.size();
+      continue;
+    }
+    out.push_back(HolderInfo{std::move(*key), std::move(row.owner_prefix), row.token,
+                             row.ttl_remaining, std::move(row.metadata)});
+  }
+  if (skipped > 0) {
+    log(LogLevel::kWarning,
+        "list: left out {} held lock(s) whose name is not a lock key (empty, longer than {} bytes "
+        "or with a NUL byte; the first is {} bytes long): written by another client",
+        skipped, LockKey::kMaxBytes, first_skipped_bytes);
+  }
+  return out;
+}
+
+}  // namespace detail
 
 Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
 
@@ -80,7 +108,12 @@ Result<Lease> Client::acquire(const LockKey& key, const AcquireOptions& options)
 }
 
 Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
-  return core_->backend().inspect(key);
+  auto row = core_->backend().inspect(key);
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) return std::optional<HolderInfo>();
+  detail::HolderRow& found = **row;
+  return std::optional<HolderInfo>(HolderInfo{key, std::move(found.owner_prefix), found.token,
+                                              found.ttl_remaining, std::move(found.metadata)});
 }
 
 Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
@@ -89,7 +122,9 @@ Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
   if (prefix.find('\0') != std::string_view::npos) {
     return Status(Code::kInvalidArgument, "a list prefix must not contain a NUL byte");
   }
-  return core_->backend().list(prefix);
+  auto rows = core_->backend().list(prefix);
+  if (!rows.ok()) return rows.status();
+  return detail::holders_of(std::move(*rows));
 }
 
 std::string Client::describe() const { return core_->backend().describe(); }

@@ -237,18 +237,18 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                       "keep-alive, or expires with the session within its TTL)");
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& outer) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& outer) override {
     auto key = in_namespace(outer);
     if (!key.ok()) return key.status();
     std::int64_t revision = 0;
     auto first = first_key(key->str(), /*descending=*/false, 0, 0, &revision);
     if (!first.ok()) return first.status();
-    if (!first->has_value()) return std::optional<HolderInfo>();
+    if (!first->has_value()) return std::optional<HolderRow>();
     std::map<std::int64_t, milliseconds> ttls;
-    return std::optional<HolderInfo>(holder_info(key->str(), **first, ttls));
+    return std::optional<HolderRow>(holder_info(key->str(), **first, ttls));
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view shown_prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view shown_prefix) override {
     const std::string prefix = ns_ + std::string(shown_prefix);
     pb::RangeRequest request;
     request.set_key(prefix.empty() ? std::string(1, '\0') : std::string(prefix));
@@ -265,7 +265,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       auto [it, inserted] = holders.emplace(std::string(*name), &kv);
       if (!inserted && kv.create_revision() < it->second->create_revision()) it->second = &kv;
     }
-    std::vector<HolderInfo> out;
+    std::vector<HolderRow> out;
     out.reserve(holders.size());
     std::map<std::int64_t, milliseconds> ttls;
     for (const auto& [name, kv] : holders) out.push_back(holder_info(name, *kv, ttls));
@@ -855,10 +855,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                    false};
   }
 
-  HolderInfo holder_info(const std::string& name, const pb::KeyValue& kv,
+  HolderRow holder_info(const std::string& name, const pb::KeyValue& kv,
                          std::map<std::int64_t, milliseconds>& ttls) {
     DecodedValue value = decode_value(kv.value());
-    HolderInfo info{shown(name),
+    HolderRow info{shown(name),
                     value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
                     FencingToken(static_cast<std::uint64_t>(kv.create_revision())), milliseconds(0),
                     value.metadata};

@@ -131,20 +131,20 @@ class MemoryBackend final : public Backend {
     return Status::Ok();
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
     Clock::time_point now = Clock::now();
     MutexLock lock(table_->mu);
     auto it = table_->entries.find(key.str());
     if (it == table_->entries.end() || !table_->held(it->second, now)) {
-      return std::optional<HolderInfo>();
+      return std::optional<HolderRow>();
     }
-    return std::optional<HolderInfo>(info(it->first, it->second, now));
+    return std::optional<HolderRow>(info(it->first, it->second, now));
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
     Clock::time_point now = Clock::now();
     MutexLock lock(table_->mu);
-    std::vector<HolderInfo> out;
+    std::vector<HolderRow> out;
     for (auto it = table_->entries.lower_bound(std::string(prefix));
          it != table_->entries.end() && it->first.starts_with(prefix); ++it) {
       if (table_->held(it->second, now)) out.push_back(info(it->first, it->second, now));
@@ -157,8 +157,8 @@ class MemoryBackend final : public Backend {
  private:
   static constexpr double kDrift = 0.01;
 
-  static HolderInfo info(const std::string& key, const Table::Entry& e, Clock::time_point now) {
-    return HolderInfo{key, e.owner.substr(0, 8), FencingToken(e.token),
+  static HolderRow info(const std::string& key, const Table::Entry& e, Clock::time_point now) {
+    return HolderRow{key, e.owner.substr(0, 8), FencingToken(e.token),
                       std::chrono::ceil<milliseconds>(e.expires_at - now), e.metadata};
   }
 

@@ -23,9 +23,10 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
 
 class AdvisoryBackend final : public Backend {
  public:
-  AdvisoryBackend(PostgresUri uri, ClientOptions options)
+  AdvisoryBackend(PostgresUri uri, ClientOptions options, milliseconds wait_turn)
       : uri_(std::move(uri)),
         options_(options),
+        wait_turn_(std::clamp(wait_turn, milliseconds(1), kMaxDuration)),
         sessions_(uri_.conninfo, uri_.pool, options.connect_timeout) {}
 
   // The TTL only paces health checks here; below a second they would be mostly round trips.
@@ -113,25 +114,25 @@ class AdvisoryBackend final : public Backend {
     return Status::Ok();
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
     auto found = query_holders(key.str(), true);
     if (!found.ok()) return found.status();
-    if (!found->empty()) return std::optional<HolderInfo>(std::move(found->front()));
+    if (!found->empty()) return std::optional<HolderRow>(std::move(found->front()));
     // Held by a session that is not a fencelock client (psql, another library)?
     auto r = run_any(std::string(sql::advisory_foreign), {std::to_string(advisory_key(key.str()))});
     if (!r.ok()) return r.status();
-    if (PQntuples(r->get()) == 0) return std::optional<HolderInfo>();
+    if (PQntuples(r->get()) == 0) return std::optional<HolderRow>();
     const PGresult* res = r->get();
     nlohmann::json meta = {{"pid", to_int(res, 0, 0)},
                            {"application_name", PQgetvalue(res, 0, 1)},
                            {"client", PQgetvalue(res, 0, 2)},
                            {"advisory_key", advisory_key(key.str())}};
-    return std::optional<HolderInfo>(
-        HolderInfo{key.str(), "", std::nullopt, milliseconds(0),
+    return std::optional<HolderRow>(
+        HolderRow{key.str(), "", std::nullopt, milliseconds(0),
                    meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
     return query_holders(std::string(prefix), false);
   }
 
@@ -270,10 +271,10 @@ class AdvisoryBackend final : public Backend {
     }
     PGconn* c = (*session)->conn.get();
     // lock_timeout is a 32-bit count of milliseconds: a longer wait (an AcquireOptions::wait
-    // above kMaxDuration) waits in turns of kMaxDuration, queueing again after each.
+    // above kMaxDuration) waits in turns of wait_turn_ (kMaxDuration), queueing again after each.
     const auto left = std::clamp<std::int64_t>(
         std::chrono::ceil<milliseconds>(call.deadline - Clock::now()).count(), 1,
-        kMaxDuration.count());
+        wait_turn_.count());
     // The try first, only to learn whether the key was held (MetricsSnapshot::contended_grants);
     // the InitPlan with the blocking call runs only when the try failed, in the same round trip.
     // A try never jumps the queue: PostgreSQL refuses it while others wait for the lock.
@@ -296,7 +297,7 @@ class AdvisoryBackend final : public Backend {
       finish(*session, /*broken=*/true);
       if (call.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
       if (waited.code() == Code::kLocked) {
-        if (Clock::now() < call.deadline && left == kMaxDuration.count()) {
+        if (Clock::now() < call.deadline && left == wait_turn_.count()) {
           return wait_in_queue(call, key);  // a turn of a longer wait ran out
         }
         return Status(Code::kLocked,
@@ -329,14 +330,14 @@ class AdvisoryBackend final : public Backend {
     return r;
   }
 
-  Result<std::vector<HolderInfo>> query_holders(const std::string& name, bool exact) {
+  Result<std::vector<HolderRow>> query_holders(const std::string& name, bool exact) {
     auto r = run_any(std::string(sql::advisory_inspect), {name, exact ? "true" : "false"});
     if (!r.ok()) return r.status();
-    std::vector<HolderInfo> out;
+    std::vector<HolderRow> out;
     const PGresult* res = r->get();
     out.reserve(static_cast<std::size_t>(PQntuples(res)));
     for (int row = 0; row < PQntuples(res); ++row) {
-      out.push_back(HolderInfo{PQgetvalue(res, row, 0),
+      out.push_back(HolderRow{PQgetvalue(res, row, 0),
                                std::string(PQgetvalue(res, row, 1)).substr(0, 8),
                                FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
                                milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
@@ -346,6 +347,7 @@ class AdvisoryBackend final : public Backend {
 
   const PostgresUri uri_;
   const ClientOptions options_;
+  const milliseconds wait_turn_;  // the longest lock_timeout of one turn of a wait
   SessionPool sessions_;
   WakeBoard unused_;
   Mutex mu_;
@@ -356,8 +358,9 @@ class AdvisoryBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri,
-                                               const ClientOptions& options) {
-  return std::make_unique<AdvisoryBackend>(uri, options);
+                                               const ClientOptions& options,
+                                               milliseconds wait_turn) {
+  return std::make_unique<AdvisoryBackend>(uri, options, wait_turn);
 }
 
 }  // namespace fencelock::detail::postgres

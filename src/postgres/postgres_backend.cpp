@@ -180,14 +180,14 @@ class LeaseBackend final : public Backend {
     return r.status();
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
     auto found = query_holders(key.str(), true);
     if (!found.ok()) return found.status();
-    if (found->empty()) return std::optional<HolderInfo>();
-    return std::optional<HolderInfo>(std::move(found->front()));
+    if (found->empty()) return std::optional<HolderRow>();
+    return std::optional<HolderRow>(std::move(found->front()));
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
     return query_holders(std::string(prefix), false);
   }
 
@@ -195,14 +195,14 @@ class LeaseBackend final : public Backend {
   std::uint64_t reconnects() const override { return pool_.reconnects(); }
 
  private:
-  Result<std::vector<HolderInfo>> query_holders(const std::string& name, bool exact) {
+  Result<std::vector<HolderRow>> query_holders(const std::string& name, bool exact) {
     auto r = run(pool_, std::string(sql::lease_inspect), {name, exact ? "true" : "false"},
                  Clock::now() + options_.io_timeout);
     if (!r.ok()) return r.status();
-    std::vector<HolderInfo> out;
+    std::vector<HolderRow> out;
     for (int row = 0; row < PQntuples(r->get()); ++row) {
       const PGresult* res = r->get();
-      out.push_back(HolderInfo{
+      out.push_back(HolderRow{
           PQgetvalue(res, row, 0), std::string(PQgetvalue(res, row, 1)).substr(0, 8),
           FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
           milliseconds(std::max<std::int64_t>(to_int(res, row, 3), 0)), PQgetvalue(res, row, 4)});

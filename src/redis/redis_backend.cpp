@@ -258,14 +258,14 @@ class RedlockBackend final : public Backend {
                               answered, n(), problems));
   }
 
-  Result<std::optional<HolderInfo>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
     auto found = inspect_many({key.str()});
     if (!found.ok()) return found.status();
-    if (found->empty()) return std::optional<HolderInfo>();
-    return std::optional<HolderInfo>(std::move(found->front()));
+    if (found->empty()) return std::optional<HolderRow>();
+    return std::optional<HolderRow>(std::move(found->front()));
   }
 
-  Result<std::vector<HolderInfo>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
     std::set<std::string> names;
     int answered = 0;
     for (auto& instance : instances_) {
@@ -426,7 +426,7 @@ class RedlockBackend final : public Backend {
   }
 
   // The majority holder of each key, if any (keys without one are left out).
-  Result<std::vector<HolderInfo>> inspect_many(const std::vector<std::string>& names) {
+  Result<std::vector<HolderRow>> inspect_many(const std::vector<std::string>& names) {
     std::vector<std::string> commands;
     commands.reserve(names.size());
     for (const auto& k : names)
@@ -452,7 +452,7 @@ class RedlockBackend final : public Backend {
       return Status(Code::kUnavailable,
                     fmt::format("{} of {} Redis instances answered ({})", answered, n(), detail));
     }
-    std::vector<HolderInfo> out;
+    std::vector<HolderRow> out;
     for (std::size_t k = 0; k < names.size(); ++k) {
       struct Seen {
         int count = 0;
@@ -475,7 +475,7 @@ class RedlockBackend final : public Backend {
       }
       for (auto& [owner, s] : owners) {
         if (!has_quorum(s.count, n())) continue;
-        out.push_back(HolderInfo{
+        out.push_back(HolderRow{
             names[k], owner.substr(0, 8),
             s.token == 0 ? std::nullopt : std::optional<FencingToken>(FencingToken(s.token)),
             milliseconds(std::max<long long>(s.pttl, 0)), s.meta});

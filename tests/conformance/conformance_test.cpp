@@ -461,7 +461,7 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   ASSERT_TRUE(a.ok() && b.ok() && other.ok());
   auto holder = client.inspect(this->key("jobs/a"));
   ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
-  EXPECT_EQ((*holder)->key, "jobs/a");
+  EXPECT_EQ((*holder)->key.str(), "jobs/a");
   EXPECT_EQ((*holder)->owner_prefix, a->owner().short_hex());
   EXPECT_EQ((*holder)->token, a->token());
   EXPECT_GT((*holder)->ttl_remaining, 0ms);
@@ -471,8 +471,8 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   auto jobs = client.list("jobs/");
   ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
   ASSERT_EQ(jobs->size(), 2u);
-  EXPECT_EQ((*jobs)[0].key, "jobs/a");
-  EXPECT_EQ((*jobs)[1].key, "jobs/b");
+  EXPECT_EQ((*jobs)[0].key.str(), "jobs/a");
+  EXPECT_EQ((*jobs)[1].key.str(), "jobs/b");
   auto all = client.list();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 3u);
@@ -502,7 +502,7 @@ TYPED_TEST(Conformance, Keys_AnyBytesButNulWorkAndDoNotCollide) {
   auto star = client.list("a*");
   ASSERT_TRUE(star.ok());
   ASSERT_EQ(star->size(), 1u);  // a literal '*', not a glob
-  EXPECT_EQ((*star)[0].key, "a*");
+  EXPECT_EQ((*star)[0].key.str(), "a*");
 }
 
 }  // namespace

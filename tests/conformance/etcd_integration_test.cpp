@@ -168,12 +168,12 @@ TEST_F(EtcdIntegration, ANamespaceKeepsLocksApartFromOtherKeysAndMatchesEtcdctlL
       << "one key and the blank line etcdctl prints after it";
   auto holder = ns->inspect(cfg);
   ASSERT_TRUE(holder.ok() && holder->has_value()) << holder.status().to_string();
-  EXPECT_EQ((*holder)->key, "cfg");
+  EXPECT_EQ((*holder)->key.str(), "cfg");
   EXPECT_EQ((*holder)->token, lease->token());
   auto listed = ns->list("");
   ASSERT_TRUE(listed.ok()) << listed.status().to_string();
   ASSERT_EQ(listed->size(), 1u) << "a namespaced list reads only the namespace";
-  EXPECT_EQ((*listed)[0].key, "cfg");
+  EXPECT_EQ((*listed)[0].key.str(), "cfg");
 
   // `etcdctl lock locks/cfg` is the same lock: it queues behind us and gets it after us.
   const std::string output = dir_ + "/etcdctl.out", release = dir_ + "/release";

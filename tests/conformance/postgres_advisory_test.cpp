@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,8 +21,10 @@
 
 #include "core/mutex.h"
 #include "fencelock/client.h"
+#include "postgres/advisory_backend.h"
 #include "postgres/advisory_key.h"
 #include "postgres/pg_connection.h"
+#include "postgres/postgres_uri.h"
 #include "support/postgres_server.h"
 #include "support/process.h"
 
@@ -282,6 +285,53 @@ TEST_F(PostgresAdvisory, AWaitGrantedAsItTimesOutLeavesNothingHeld) {
   // Nothing may be left held by a session nobody tracks.
   auto after = third.acquire(key("race"), {.ttl = 5s, .wait = 3s});
   EXPECT_TRUE(after.ok()) << "the key stayed held: " << after.status().to_string();
+}
+
+// lock_timeout is a 32-bit count of milliseconds, so a wait longer than a turn (kMaxDuration,
+// 596 h) queues again after each. With a 300 ms turn: the lock stays held (by a psql-like
+// session) until the waiter's first turn has run out and a second session of it waits in the
+// queue; then freed, it goes to the waiter, within one acquire().
+TEST_F(PostgresAdvisory, AWaitLongerThanOneTurnQueuesAgainAfterEachTurn) {
+  const Client schema_maker = connect();  // connect() creates the schema the backend writes to
+  auto split = detail::postgres::split_postgres_uri(uri());
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  const auto backend = detail::postgres::make_advisory_backend(*split, {}, 300ms);
+  auto other = detail::postgres::open_connection(server_->uri(), Clock::now() + 10s);
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  const std::int64_t k = detail::postgres::advisory_key("turns");
+  bool broken = false;
+  ASSERT_TRUE(detail::postgres::execute(other->get(), fmt::format("SELECT pg_advisory_lock({})", k),
+                                        {}, Clock::now() + 10s, broken)
+                  .ok());
+  const LockKey name = key("turns");
+  const OwnerId owner = OwnerId::random();
+  const std::string metadata = "{}";
+  std::optional<Result<detail::Grant>> granted;
+  {
+    std::jthread waiter([&] {
+      const Clock::time_point start = Clock::now();
+      granted = backend->acquire(
+          detail::AcquireCall{name, owner, 5s, metadata, 60s, start + 60s, {}, 5s});
+    });
+    // Each turn waits on a fresh session (the one of a turn that ran out is closed): two
+    // different waiting backend pids mean the first turn ended and the wait queued again.
+    std::set<std::string> waiting_pids;
+    ASSERT_TRUE(eventually(
+        [&] {
+          const std::string pid = server_->sql(
+              "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted LIMIT 1");
+          if (!pid.empty()) waiting_pids.insert(pid);
+          return waiting_pids.size() >= 2;
+        },
+        30s))
+        << "the wait did not queue again after its first turn";
+    other->reset();  // the holding session ends: its lock goes to the queue's head
+  }
+  ASSERT_TRUE(granted.has_value());
+  ASSERT_TRUE(granted->ok()) << "a turn that ran out ended the wait: "
+                             << granted->status().to_string();
+  EXPECT_GT((*granted)->token.value(), 0u);
+  EXPECT_TRUE(backend->release(name, owner, Clock::now() + 10s).ok());
 }
 
 // A try that fails on a session holding other leases' locks (here: it times out in its INSERT,

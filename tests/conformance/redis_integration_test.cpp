@@ -211,6 +211,35 @@ TEST(RedisEviction, APolicyThatCannotBeReadIsAWarningNotARefusal) {
 // Round 2's write-back compares tokens by the same rule as the fences (tokens.lua): exactly over
 // every uint64, where tonumber() would take 2^53 and 2^53 + 1 for equal and leave the counter
 // one below the chosen token (the next grant would then repeat it).
+// Another client can write a key in fencelock's layout whose name is no LockKey (here 605 bytes):
+// list() leaves it out, says so once in the log, and still lists the real locks (HolderInfo::key
+// is a LockKey, so a row with such a name cannot be returned).
+TEST(RedisList, HeldNamesThatAreNotLockKeysAreLeftOutWithOneWarning) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  auto held = client.acquire(key("jobs/real"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  const std::string foreign = "jobs/" + std::string(600, 'x');
+  ASSERT_EQ(server->command({"SET", lock_key(foreign), std::string(32, 'a'), "PX", "30000"}), "OK");
+  fencelock::detail::Mutex mu;
+  std::vector<std::string> warnings;
+  set_log_sink(
+      [&](LogLevel, std::string_view text) {
+        fencelock::detail::MutexLock lock(mu);
+        warnings.emplace_back(text);
+      },
+      LogLevel::kWarning);
+  auto listed = client.list("jobs/");
+  set_log_sink({});
+  ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].key.str(), "jobs/real");
+  fencelock::detail::MutexLock lock(mu);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("left out 1 held lock"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("605 bytes"), std::string::npos) << warnings[0];
+}
+
 TEST(RedisRound2Script, RaisesTheCounterExactlyAndRefusesAMalformedOne) {
   auto server = RedisServer::start();
   const std::string script(detail::lua::raise_fence);

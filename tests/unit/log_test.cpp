@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/backend.h"
 #include "core/lease_state.h"
 #include "core/log_internal.h"
 #include "core/metrics.h"
@@ -208,14 +209,48 @@ class UnreachableBackend final : public detail::Backend {
   Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
     return Status(Code::kUnavailable, "unreachable");
   }
-  Result<std::optional<HolderInfo>> inspect(const LockKey&) override {
+  Result<std::optional<detail::HolderRow>> inspect(const LockKey&) override {
     return Status(Code::kUnavailable, "unreachable");
   }
-  Result<std::vector<HolderInfo>> list(std::string_view) override {
+  Result<std::vector<detail::HolderRow>> list(std::string_view) override {
     return Status(Code::kUnavailable, "unreachable");
   }
   std::string describe() const override { return "unreachable://"; }
 };
+
+// Client::list's conversion: rows whose name is no LockKey (empty, longer than 512 bytes, with a
+// NUL byte) are left out, the others kept in order, and one warning counts the left-out ones.
+TEST(Log, ListLeavesOutNamesThatAreNotLockKeysWithOneWarning) {
+  using detail::HolderRow;
+  Collector collector;
+  set_log_sink(collector.sink(), LogLevel::kWarning);
+  std::vector<HolderRow> rows;
+  for (std::string name : {std::string("a"), std::string(), std::string(513, 'x'),
+                           std::string("b\0c", 3), std::string(512, 'y'), std::string("z")}) {
+    rows.push_back(HolderRow{name, "1a2b3c4d", FencingToken(7), 5s, "{}"});
+  }
+  const std::vector<HolderInfo> kept = detail::holders_of(rows);
+  set_log_sink({});
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0].key.str(), "a");
+  EXPECT_EQ(kept[1].key.str(), std::string(512, 'y'));
+  EXPECT_EQ(kept[2].key.str(), "z");
+  EXPECT_EQ(kept[2].owner_prefix, "1a2b3c4d");
+  EXPECT_EQ(kept[2].token, FencingToken(7));
+  EXPECT_EQ(kept[2].ttl_remaining, 5s);
+  const std::vector<Message> messages = collector.messages();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].level, LogLevel::kWarning);
+  EXPECT_NE(messages[0].text.find("left out 3 held lock(s)"), std::string::npos)
+      << messages[0].text;
+  EXPECT_NE(messages[0].text.find("the first is 0 bytes long"), std::string::npos)
+      << messages[0].text;
+
+  set_log_sink(collector.sink(), LogLevel::kWarning);
+  EXPECT_EQ(detail::holders_of({HolderRow{"only", "", std::nullopt, 0s, ""}}).size(), 1u);
+  set_log_sink({});
+  EXPECT_EQ(collector.messages().size(), 1u) << "no warning when nothing is left out";
+}
 
 TEST(Log, AnUnconfirmedRenewalIsDebugThenTheLossAWarningAndBothAreCounted) {
   Collector collector;

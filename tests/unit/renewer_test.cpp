@@ -104,10 +104,10 @@ class FakeBackend final : public Backend {
   Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
     return Status(Code::kInternal, "not in this fake");
   }
-  Result<std::optional<HolderInfo>> inspect(const LockKey&) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey&) override {
     return Status(Code::kInternal, "not in this fake");
   }
-  Result<std::vector<HolderInfo>> list(std::string_view) override {
+  Result<std::vector<HolderRow>> list(std::string_view) override {
     return Status(Code::kInternal, "not in this fake");
   }
   std::string describe() const override { return "fake://"; }

@@ -52,7 +52,7 @@ std::string metadata_text(const nlohmann::json& meta) {
 }  // namespace
 
 nlohmann::json holder_json(const HolderInfo& holder) {
-  nlohmann::json out = {{"key", holder.key},
+  nlohmann::json out = {{"key", holder.key.str()},
                         {"held", true},
                         {"owner", holder.owner_prefix},
                         {"token", nullptr},
@@ -88,7 +88,7 @@ std::string list_table(const std::vector<HolderInfo>& holders) {
   std::vector<Row> rows = {{"KEY", "OWNER", "TOKEN", "TTL", "HOST", "PID"}};
   for (const HolderInfo& h : holders) {
     nlohmann::json meta = parsed_metadata(h.metadata);
-    rows.push_back({terminal_safe(h.key), terminal_safe(h.owner_prefix), token_text(h),
+    rows.push_back({terminal_safe(h.key.str()), terminal_safe(h.owner_prefix), token_text(h),
                     detail::format_duration(h.ttl_remaining),
                     terminal_safe(metadata_field(meta, "host")),
                     terminal_safe(metadata_field(meta, "pid"))});

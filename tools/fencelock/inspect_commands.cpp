@@ -57,7 +57,10 @@ int list_command(const ListArgs& args) {
     return report_failure(reporter, client.status(),
                           explain_connect_failure(client.status(), backend));
   }
-  auto holders = client->list(args.prefix);
+  auto holders = [&] {
+    ConnectWarnings warnings(args.json);  // held locks left out: names that are not lock keys
+    return client->list(args.prefix);
+  }();
   if (!holders.ok()) {
     return report_failure(reporter, holders.status(), explain_failure(holders.status(), backend));
   }
