@@ -856,12 +856,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   HolderRow holder_info(const std::string& name, const pb::KeyValue& kv,
-                         std::map<std::int64_t, milliseconds>& ttls) {
+                        std::map<std::int64_t, milliseconds>& ttls) {
     DecodedValue value = decode_value(kv.value());
     HolderRow info{shown(name),
-                    value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
-                    FencingToken(static_cast<std::uint64_t>(kv.create_revision())), milliseconds(0),
-                    value.metadata};
+                   value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
+                   FencingToken(static_cast<std::uint64_t>(kv.create_revision())), milliseconds(0),
+                   value.metadata};
     if (kv.lease() != 0) {
       auto [it, inserted] = ttls.emplace(kv.lease(), milliseconds(0));
       if (inserted) {

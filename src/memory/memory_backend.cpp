@@ -159,7 +159,7 @@ class MemoryBackend final : public Backend {
 
   static HolderRow info(const std::string& key, const Table::Entry& e, Clock::time_point now) {
     return HolderRow{key, e.owner.substr(0, 8), FencingToken(e.token),
-                      std::chrono::ceil<milliseconds>(e.expires_at - now), e.metadata};
+                     std::chrono::ceil<milliseconds>(e.expires_at - now), e.metadata};
   }
 
   std::string name_;

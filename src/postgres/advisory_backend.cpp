@@ -129,7 +129,7 @@ class AdvisoryBackend final : public Backend {
                            {"advisory_key", advisory_key(key.str())}};
     return std::optional<HolderRow>(
         HolderRow{key.str(), "", std::nullopt, milliseconds(0),
-                   meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+                  meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
   }
 
   Result<std::vector<HolderRow>> list(std::string_view prefix) override {
@@ -338,9 +338,9 @@ class AdvisoryBackend final : public Backend {
     out.reserve(static_cast<std::size_t>(PQntuples(res)));
     for (int row = 0; row < PQntuples(res); ++row) {
       out.push_back(HolderRow{PQgetvalue(res, row, 0),
-                               std::string(PQgetvalue(res, row, 1)).substr(0, 8),
-                               FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
-                               milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
+                              std::string(PQgetvalue(res, row, 1)).substr(0, 8),
+                              FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
+                              milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
     }
     return out;
   }
@@ -357,8 +357,7 @@ class AdvisoryBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri,
-                                               const ClientOptions& options,
+std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri, const ClientOptions& options,
                                                milliseconds wait_turn) {
   return std::make_unique<AdvisoryBackend>(uri, options, wait_turn);
 }

@@ -20,9 +20,9 @@
 namespace fencelock::detail::postgres {
 
 // `wait_turn`: a wait longer than this (PostgreSQL's lock_timeout is a 32-bit count of
-// milliseconds) queues again after each turn of it; a parameter only so tests can make a turn short.
-std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri,
-                                               const ClientOptions& options,
+// milliseconds) queues again after each turn of it; a parameter only so tests can make a turn
+// short.
+std::unique_ptr<Backend> make_advisory_backend(const PostgresUri& uri, const ClientOptions& options,
                                                milliseconds wait_turn = kMaxDuration);
 
 }  // namespace fencelock::detail::postgres
