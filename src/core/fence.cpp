@@ -41,15 +41,15 @@ FencingToken FenceGate::highest() const {
   return state_->highest;
 }
 
-Status etcd_fenced_put(const Lease& lease, const ResourceKey& resource, std::string_view value) {
-  std::string_view key = resource.str();
+Status etcd_fenced_put(const Lease& lease, const ResourceKey& key, std::string_view value) {
+  const std::string_view name = key.str();
   const detail::LeaseState& state = *lease.state_;
   if (state.backend_key.empty() || state.core == nullptr) {
     return Status(Code::kInvalidArgument,
                   "etcd_fenced_put needs a lease granted by an etcd:// Client");
   }
   const auto deadline = detail::Clock::now() + state.core->options().io_timeout * 3;
-  return state.core->backend().guarded_put(state.backend_key, state.token, key, value, deadline);
+  return state.core->backend().guarded_put(state.backend_key, state.token, name, value, deadline);
 }
 
 }  // namespace fencelock

@@ -147,64 +147,64 @@ Status check_shape(const redisReply* r) {
 }
 }  // namespace
 
-Status RedisFence::set(const ResourceKey& resource, std::string_view value, FencingToken token) {
-  std::string_view key = resource.str();
-  if (Status st = check_data_key(key); !st.ok()) return st;
+Status RedisFence::set(const ResourceKey& key, std::string_view value, FencingToken token) {
+  const std::string_view name = key.str();
+  if (Status st = check_data_key(name); !st.ok()) return st;
   auto reply = impl_->run_script(
       detail::lua::fence_set, detail::lua::fence_set_sha1,
-      {std::string(key), fence_key(key), std::to_string(token.value()), std::string(value)});
+      {std::string(name), fence_key(name), std::to_string(token.value()), std::string(value)});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;
   if (r->element[0]->integer == 1) return Status::Ok();
-  auto highest = token_from_reply(r->element[1], key);
+  auto highest = token_from_reply(r->element[1], name);
   if (!highest.ok()) return highest.status();
   return stale_token(token, *highest);
 }
 
-Result<std::optional<std::string>> RedisFence::get(const ResourceKey& resource,
+Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key,
                                                    FencingToken token) {
-  std::string_view key = resource.str();
-  if (Status st = check_data_key(key); !st.ok()) return st;
+  const std::string_view name = key.str();
+  if (Status st = check_data_key(name); !st.ok()) return st;
   auto reply = impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
-                                 {std::string(key), fence_key(key), std::to_string(token.value())});
+                                 {std::string(name), fence_key(name), std::to_string(token.value())});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;
   if (r->element[0]->integer == 0) {
-    auto highest = token_from_reply(r->element[1], key);
+    auto highest = token_from_reply(r->element[1], name);
     if (!highest.ok()) return highest.status();
     return stale_token(token, *highest);
   }
-  // Lua drops a trailing nil from a table: a missing key is a one-element reply.
+  // Lua drops a trailing nil from a table: a missing name is a one-element reply.
   if (r->elements < 2 || r->element[1]->type == REDIS_REPLY_NIL) {
     return std::optional<std::string>();
   }
   if (r->element[1]->type != REDIS_REPLY_STRING) {
-    return Status(Code::kInternal, fmt::format("the fenced read of {} found no string", key));
+    return Status(Code::kInternal, fmt::format("the fenced read of {} found no string", name));
   }
   return std::optional<std::string>(text(r->element[1]));
 }
 
-Result<std::optional<std::string>> RedisFence::peek(const ResourceKey& resource) {
-  std::string_view key = resource.str();
-  if (Status st = check_data_key(key); !st.ok()) return st;
-  auto reply = impl_->command({"GET", std::string(key)});
+Result<std::optional<std::string>> RedisFence::peek(const ResourceKey& key) {
+  const std::string_view name = key.str();
+  if (Status st = check_data_key(name); !st.ok()) return st;
+  auto reply = impl_->command({"GET", std::string(name)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return std::optional<std::string>();
   if ((*reply)->type != REDIS_REPLY_STRING) {
-    return Status(Code::kInternal, fmt::format("unexpected reply to GET {}", key));
+    return Status(Code::kInternal, fmt::format("unexpected reply to GET {}", name));
   }
   return std::optional<std::string>(text(reply->get()));
 }
 
-Result<FencingToken> RedisFence::highest(const ResourceKey& resource) {
-  std::string_view key = resource.str();
-  if (Status st = check_data_key(key); !st.ok()) return st;
-  auto reply = impl_->command({"GET", fence_key(key)});
+Result<FencingToken> RedisFence::highest(const ResourceKey& key) {
+  const std::string_view name = key.str();
+  if (Status st = check_data_key(name); !st.ok()) return st;
+  auto reply = impl_->command({"GET", fence_key(name)});
   if (!reply.ok()) return reply.status();
   if ((*reply)->type == REDIS_REPLY_NIL) return FencingToken(0);
-  return token_from_reply(reply->get(), key);
+  return token_from_reply(reply->get(), name);
 }
 
 std::string_view RedisFence::script() { return detail::lua::fence_set; }

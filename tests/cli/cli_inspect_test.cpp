@@ -77,6 +77,27 @@ TEST_F(CliInspect, TerminalEscapesInNamesAndMetadataAreShownEscaped) {
 // The default holder metadata carries the program's name, which need not be UTF-8: a fencelock
 // started under the name "fl\xff" must list and run. Before, encoding it threw at connect and
 // the tool aborted (exit 134).
+// A key in fencelock's layout whose name is no lock key (written by another client, 605 bytes):
+// `list` shows the real locks and says on stderr, once, that it left one out.
+TEST_F(CliInspect, ListSaysOnStderrThatItLeftOutANameThatIsNoLockKey) {
+  auto client = Client::connect(server_->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto lease = client->acquire(*LockKey::make("jobs/real"), {.ttl = 20s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  const std::string foreign = "fencelock:{jobs/" + std::string(600, 'x') + "}";
+  ASSERT_EQ(server_->command({"SET", foreign, std::string(32, 'a'), "PX", "20000"}), "OK");
+
+  auto list = cli({"list", "jobs/"});
+  ASSERT_EQ(list.exit_code, 0) << list.stderr_text;
+  EXPECT_THAT(list.stdout_text, HasSubstr("jobs/real"));
+  EXPECT_EQ(std::count(list.stdout_text.begin(), list.stdout_text.end(), '\n'), 2)
+      << "a header and one row: " << list.stdout_text;
+  EXPECT_THAT(list.stderr_text,
+              HasSubstr("fencelock: warning: list: left out 1 held lock(s) whose name is not a "
+                        "lock key"));
+  EXPECT_THAT(list.stderr_text, HasSubstr("605 bytes"));
+}
+
 TEST_F(CliInspect, AProgramNameThatIsNotUtf8DoesNotAbort) {
   const std::string link = path("fl\xff");
   ASSERT_EQ(::symlink(cli_path().c_str(), link.c_str()), 0);

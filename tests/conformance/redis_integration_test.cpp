@@ -424,7 +424,7 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   auto held = holder.acquire(key("fifo"), {.ttl = 30s});
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   std::vector<Client> clients;
-  clients.reserve(static_cast<std::size_t>(kWaiters + 1));
+  clients.reserve(static_cast<std::size_t>(kWaiters) + 1);
   for (int i = 0; i < kWaiters + 1; ++i)
     clients.push_back(connect_or_throw(cluster_->redlock_uri()));
   auto queued = [&] {

@@ -37,6 +37,7 @@ TEST(FenceGate, WritesUnderTheGateNeverGoBackwardsAcrossThreads) {
   FenceGate gate;
   std::vector<std::uint64_t> written;  // appended only under the gate
   std::vector<std::jthread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (std::uint64_t i = 0; i < 500; ++i) {

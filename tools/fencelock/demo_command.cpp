@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,7 +16,9 @@
 
 #include "connect_warnings.h"
 #include "exit_codes.h"
+#include "core/mutex.h"
 #include "fencelock/client.h"
+#include "fencelock/fence.h"
 #include "reporter.h"
 #include "torture/checker.h"
 #include "torture/orchestrator.h"
@@ -110,6 +113,98 @@ std::vector<std::pair<std::string, std::string>> default_backends() {
   return out;
 }
 
+constexpr const char* kRealServersHint =
+    "To see it on real servers (worker processes, a real SIGSTOP): ./scripts/demo.sh starts local "
+    "Redis, PostgreSQL and etcd servers and runs it on all of them; or run "
+    "eval \"$(scripts/servers.sh env)\" (FENCELOCK_REDIS_URI, FENCELOCK_REDLOCK_URI, "
+    "FENCELOCK_PG_URI, FENCELOCK_ETCD_URI) before `fencelock demo`; or pass --backend URI "
+    "(repeatable).";
+
+// No --backend and no FENCELOCK_*_URI: the same story in this process on memory:// (two Clients
+// share one in-process lock table, a FenceGate guards the register). A paused process renews
+// nothing, so the paused worker's lease is not renewed; its pause lasts until the other worker
+// has written, so the story does not depend on timing.
+int memory_demo(const Reporter& reporter, bool json) {
+  const std::string uri = "memory://fencelock-demo";
+  auto paused_client = Client::connect(uri);
+  auto other_client = Client::connect(uri);
+  if (!paused_client.ok() || !other_client.ok()) {
+    const Status& failed = paused_client.ok() ? other_client.status() : paused_client.status();
+    return reporter.fail(kExitSoftware, "internal", failed.to_string());
+  }
+  const LockKey key = *LockKey::make("demo/register");
+  FenceGate gate;
+  std::uint64_t value = 0;  // the register: written only under the gate
+  say(fmt::format("\n== {} (in this process: two Clients share one lock table, no server)", uri));
+  auto first = paused_client->acquire(key, {.ttl = kTtl, .renew = false});
+  if (!first.ok()) return reporter.fail(kExitSoftware, "internal", first.status().to_string());
+  const FencingToken stale = first->token();
+  std::uint64_t read = 0;
+  (void)gate.run(stale, [&] { read = value; });
+  const auto paused_at = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> lost_at;
+  detail::Mutex lost_mu;
+  first->on_lost([&] {
+    detail::MutexLock lock(lost_mu);
+    lost_at = std::chrono::steady_clock::now();
+  });
+  say(fmt::format(
+      "  worker 1 holds the lock with token {}, has read the register, and is paused (TTL "
+      "{:.1f} s; a paused process renews nothing)",
+      stale.value(), seconds(kTtl.count() * 1'000'000)));
+  auto second = other_client->acquire(key, {.ttl = kTtl, .wait = 10 * kTtl});
+  if (!second.ok()) return reporter.fail(kExitSoftware, "internal", second.status().to_string());
+  const auto granted_at = std::chrono::steady_clock::now();
+  const FencingToken fresh = second->token();
+  const Status fresh_write = gate.run(fresh, [&] { value = read + 1; });
+  say(fmt::format("  worker 2 is granted token {} {:.1f} s into the pause, and writes ({})",
+                  fresh.value(), std::chrono::duration<double>(granted_at - paused_at).count(),
+                  fresh_write.ok() ? "accepted" : fresh_write.to_string()));
+  std::optional<double> lost_delay_ms;
+  {
+    detail::MutexLock lock(lost_mu);
+    if (lost_at) {
+      lost_delay_ms =
+          std::chrono::duration<double, std::milli>(*lost_at - first->valid_until()).count();
+    }
+  }
+  // In one process lost() fires on time (never after valid_until()); a frozen process sees it
+  // only when it wakes, as the runs on real servers show.
+  say(lost_delay_ms
+          ? fmt::format("  worker 1 wakes: lost() fired {:.0f} ms {} its validity ended; it "
+                        "ignores the signal and writes anyway",
+                        std::abs(*lost_delay_ms), *lost_delay_ms < 0 ? "before" : "after")
+          : std::string("  worker 1 wakes: lost() has NOT fired; it writes"));
+  const Status stale_write = gate.run(stale, [&] { value = read + 1; });
+  say(stale_write.ok() ? std::string("  its write is ACCEPTED")
+                       : "  the fence refuses it: " + stale_write.message());
+  const bool safe = fresh > stale && fresh_write.ok() && stale_write.code() == Code::kFenced &&
+                    value == 1 && lost_delay_ms.has_value();
+  const std::string verdict = safe ? "SAFE" : "UNSAFE";
+  say(fmt::format("\n{:<24} {:>7} {:>15} {:>9} {:>13}  {}", "backend", "tokens",
+                  "stale rejected", "overlaps", "lost() delay", "verdict"));
+  const int rejected = stale_write.ok() ? 0 : 1;
+  say(fmt::format("{:<24} {:>7} {:>15} {:>9} {:>13}  {}", uri, 2, rejected, 0,
+                  lost_delay_ms ? fmt::format("{:.0f} ms", *lost_delay_ms) : "-", verdict));
+  say(safe ? "\nEvery stale write was refused: no lost update, no write out of token order."
+           : "\nA SAFETY VIOLATION was found (see the rows above).");
+  say(std::string("\n") + kRealServersHint);
+  if (json) {
+    nlohmann::json rows = nlohmann::json::array();
+    rows.push_back(
+        {{"backend", uri},
+         {"tokens", 2},
+         {"stale_rejected", rejected},
+         {"overlaps", 0},
+         {"lost_delay_ms", lost_delay_ms ? nlohmann::json(*lost_delay_ms) : nullptr},
+         {"taken_over", true},
+         {"verdict", verdict},
+         {"safe", safe}});
+    std::fputs((json_line(rows) + "\n").c_str(), stderr);
+  }
+  return safe ? kExitOk : 1;
+}
+
 }  // namespace
 
 int demo_command(const DemoArgs& args) {
@@ -117,11 +212,7 @@ int demo_command(const DemoArgs& args) {
   std::vector<std::pair<std::string, std::string>> backends;
   for (const auto& uri : args.backends) backends.emplace_back("", uri);
   if (backends.empty()) backends = default_backends();
-  if (backends.empty()) {
-    return reporter.fail(kExitUsage, "usage",
-                         "no backends: pass --backend URI (repeatable), or run scripts/demo.sh, "
-                         "which starts local servers and runs this demo on all of them");
-  }
+  if (backends.empty()) return memory_demo(reporter, args.json);
   char templ[] = "/tmp/fencelock-demo-XXXXXX";
   if (::mkdtemp(templ) == nullptr)
     return reporter.fail(kExitSoftware, "internal", "cannot create a directory under /tmp");

@@ -4,8 +4,10 @@
 // the paused one wakes, learns from lost() that it lost the lock, writes anyway with its stale
 // token and is rejected by the fence. Ends with a table: backend, tokens issued, stale writes
 // rejected, overlaps, lost() delay. Without --backend it uses the servers of scripts/servers.sh
-// ($FENCELOCK_REDIS_URI, $FENCELOCK_REDLOCK_URI, $FENCELOCK_PG_URI, $FENCELOCK_ETCD_URI).
-// Exit 0 when every backend was safe, 1 otherwise.
+// ($FENCELOCK_REDIS_URI, $FENCELOCK_REDLOCK_URI, $FENCELOCK_PG_URI, $FENCELOCK_ETCD_URI) when
+// any is set, else memory:// in this process (two Clients, the paused worker's lease unrenewed, a
+// FenceGate), and then says how to include real servers. Exit 0 when every backend was safe, 1
+// when a run found a violation, 2 when one proved nothing.
 #pragma once
 
 #include <string>

@@ -232,8 +232,9 @@ CLI::App* add_demo(CLI::App& app, DemoArgs& args) {
       "For each backend, two workers contend for one lock; the holder is paused past its TTL\n"
       "between its read and its write, the other takes the lock with a larger token and writes,\n"
       "the paused one wakes, ignores lost() and writes with its stale token: the fence refuses\n"
-      "it. Without --backend: the servers of scripts/servers.sh ($FENCELOCK_REDIS_URI, ...).\n"
-      "scripts/demo.sh sets everything up and runs it.\n");
+      "it. Without --backend: the servers of scripts/servers.sh ($FENCELOCK_REDIS_URI, ...)\n"
+      "when set, else memory:// in this process. scripts/demo.sh starts local servers and runs\n"
+      "it on all of them.\n");
   demo->add_option("--backend", args.backends, "A backend URI (repeatable)")->type_name("URI");
   demo->add_flag("--json", args.json, "Also print the table as JSON on stderr");
   return demo;
