@@ -162,12 +162,12 @@ Status RedisFence::set(const ResourceKey& key, std::string_view value, FencingTo
   return stale_token(token, *highest);
 }
 
-Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key,
-                                                   FencingToken token) {
+Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key, FencingToken token) {
   const std::string_view name = key.str();
   if (Status st = check_data_key(name); !st.ok()) return st;
-  auto reply = impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
-                                 {std::string(name), fence_key(name), std::to_string(token.value())});
+  auto reply =
+      impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
+                        {std::string(name), fence_key(name), std::to_string(token.value())});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;

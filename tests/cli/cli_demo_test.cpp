@@ -17,8 +17,7 @@ using ::testing::Not;
 
 // The environment entries that remove every backend variable the demo reads.
 std::vector<std::string> without_backend_variables() {
-  return {"FENCELOCK_REDIS_URI", "FENCELOCK_REDLOCK_URI", "FENCELOCK_PG_URI",
-          "FENCELOCK_ETCD_URI"};
+  return {"FENCELOCK_REDIS_URI", "FENCELOCK_REDLOCK_URI", "FENCELOCK_PG_URI", "FENCELOCK_ETCD_URI"};
 }
 
 TEST(CliDemo, BareItRunsOnMemoryInProcessAndSaysHowToIncludeRealServers) {

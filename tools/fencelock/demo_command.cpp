@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "connect_warnings.h"
-#include "exit_codes.h"
 #include "core/mutex.h"
+#include "exit_codes.h"
 #include "fencelock/client.h"
 #include "fencelock/fence.h"
 #include "reporter.h"
@@ -181,8 +181,8 @@ int memory_demo(const Reporter& reporter, bool json) {
   const bool safe = fresh > stale && fresh_write.ok() && stale_write.code() == Code::kFenced &&
                     value == 1 && lost_delay_ms.has_value();
   const std::string verdict = safe ? "SAFE" : "UNSAFE";
-  say(fmt::format("\n{:<24} {:>7} {:>15} {:>9} {:>13}  {}", "backend", "tokens",
-                  "stale rejected", "overlaps", "lost() delay", "verdict"));
+  say(fmt::format("\n{:<24} {:>7} {:>15} {:>9} {:>13}  {}", "backend", "tokens", "stale rejected",
+                  "overlaps", "lost() delay", "verdict"));
   const int rejected = stale_write.ok() ? 0 : 1;
   say(fmt::format("{:<24} {:>7} {:>15} {:>9} {:>13}  {}", uri, 2, rejected, 0,
                   lost_delay_ms ? fmt::format("{:.0f} ms", *lost_delay_ms) : "-", verdict));
@@ -191,15 +191,14 @@ int memory_demo(const Reporter& reporter, bool json) {
   say(std::string("\n") + kRealServersHint);
   if (json) {
     nlohmann::json rows = nlohmann::json::array();
-    rows.push_back(
-        {{"backend", uri},
-         {"tokens", 2},
-         {"stale_rejected", rejected},
-         {"overlaps", 0},
-         {"lost_delay_ms", lost_delay_ms ? nlohmann::json(*lost_delay_ms) : nullptr},
-         {"taken_over", true},
-         {"verdict", verdict},
-         {"safe", safe}});
+    rows.push_back({{"backend", uri},
+                    {"tokens", 2},
+                    {"stale_rejected", rejected},
+                    {"overlaps", 0},
+                    {"lost_delay_ms", lost_delay_ms ? nlohmann::json(*lost_delay_ms) : nullptr},
+                    {"taken_over", true},
+                    {"verdict", verdict},
+                    {"safe", safe}});
     std::fputs((json_line(rows) + "\n").c_str(), stderr);
   }
   return safe ? kExitOk : 1;
