@@ -225,8 +225,9 @@ TEST(Log, ListLeavesOutNamesThatAreNotLockKeysWithOneWarning) {
   Collector collector;
   set_log_sink(collector.sink(), LogLevel::kWarning);
   std::vector<HolderRow> rows;
-  for (std::string name : {std::string("a"), std::string(), std::string(513, 'x'),
-                           std::string("b\0c", 3), std::string(512, 'y'), std::string("z")}) {
+  for (const std::string& name :
+       {std::string("a"), std::string(), std::string(513, 'x'), std::string("b\0c", 3),
+        std::string(512, 'y'), std::string("z")}) {
     rows.push_back(HolderRow{name, "1a2b3c4d", FencingToken(7), 5s, "{}"});
   }
   const std::vector<HolderInfo> kept = detail::holders_of(rows);
