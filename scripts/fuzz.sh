@@ -61,7 +61,12 @@ for target in "${targets[@]}"; do
   status=0
   # -max_len: a long seed (fuzz_metadata's deep_nesting, 40 KB) would otherwise raise every
   # input's size limit to its own and slow the target tenfold; it stays a reproducer to replay.
-  "$build/$target" "${limit[@]}" "${dict[@]}" -max_len=4096 -print_final_stats=1 \
+  # fuzz_metadata renders each input about ten times (status, list, JSON, etcd value), so its
+  # cost grows with the length: 512 bytes (far past the nesting cap of 32, which takes 33 bytes)
+  # runs it about 1.7 times faster than 4096 (1036 vs 612 exec/s here, 20,000 runs).
+  max_len=4096
+  [[ $target == fuzz_metadata ]] && max_len=512
+  "$build/$target" "${limit[@]}" "${dict[@]}" -max_len="$max_len" -print_final_stats=1 \
     -artifact_prefix="$build/crashes/$target-" "$corpus" >"$log" 2>&1 || status=$?
   elapsed=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
   executions=$(awk '/stat::number_of_executed_units/ { print $2 }' "$log")
