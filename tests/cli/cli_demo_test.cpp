@@ -31,7 +31,9 @@ TEST(CliDemo, BareItRunsOnMemoryInProcessAndSaysHowToIncludeRealServers) {
   const auto rows = nlohmann::json::parse(demo.stderr_text);
   ASSERT_EQ(rows.size(), 1u) << demo.stderr_text;
   EXPECT_EQ(rows[0]["backend"], "memory://fencelock-demo");
+  EXPECT_EQ(rows[0]["tokens"], 2);
   EXPECT_EQ(rows[0]["stale_rejected"], 1);
+  EXPECT_EQ(rows[0]["overlaps"], 0) << "worker 2 was granted while worker 1's lease was valid";
   EXPECT_EQ(rows[0]["verdict"], "SAFE");
   EXPECT_TRUE(rows[0]["safe"].get<bool>());
 }
