@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -52,6 +53,22 @@ Client connect_or_throw(const std::string& uri, ClientOptions options = {}) {
 
 bool has_lock_key(RedisServer& server, std::string_view name) {
   return server.command({"EXISTS", lock_key(name)}) == "1";
+}
+
+// The warnings the library logs while `run` runs.
+std::vector<std::string> warnings_while(const std::function<void()>& run) {
+  fencelock::detail::Mutex mu;
+  std::vector<std::string> warnings;
+  set_log_sink(
+      [&](LogLevel, std::string_view text) {
+        fencelock::detail::MutexLock lock(mu);
+        warnings.emplace_back(text);
+      },
+      LogLevel::kWarning);
+  run();
+  set_log_sink({});
+  fencelock::detail::MutexLock lock(mu);
+  return warnings;
 }
 
 // Every attempt writes a fresh lock value (the Redlock rule): the owner id names the waiter, not
@@ -154,24 +171,11 @@ TEST(RedisEviction, AnEvictingPolicyIsRefusedAtConnectUnlessTheUriAcceptsIt) {
 // accepted silently): 2 tolerate no failure, 4 no more than 3 would.
 TEST(RedlockConnect, FewerThanThreeOrAnEvenNumberOfInstancesIsAcceptedWithOneWarning) {
   auto cluster = RedisCluster::start(4);
-  fencelock::detail::Mutex mu;
-  std::vector<std::string> warnings;
   auto connect_and_collect = [&](const std::string& uri) {
-    {
-      fencelock::detail::MutexLock lock(mu);
-      warnings.clear();
-    }
-    set_log_sink(
-        [&](LogLevel, std::string_view text) {
-          fencelock::detail::MutexLock lock(mu);
-          warnings.emplace_back(text);
-        },
-        LogLevel::kWarning);
-    auto client = Client::connect(uri);
-    set_log_sink({});
-    EXPECT_TRUE(client.ok()) << uri << ": " << client.status().to_string();
-    fencelock::detail::MutexLock lock(mu);
-    return warnings;
+    return warnings_while([&] {
+      auto client = Client::connect(uri);
+      EXPECT_TRUE(client.ok()) << uri << ": " << client.status().to_string();
+    });
   };
   const std::string four = cluster->redlock_uri();
   const std::string two = four.substr(0, four.find(',', four.find(',') + 1));
@@ -192,25 +196,15 @@ TEST(RedisEviction, APolicyThatCannotBeReadIsAWarningNotARefusal) {
   ASSERT_EQ(
       server->command({"ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config"}),
       "OK");
-  fencelock::detail::Mutex mu;
-  std::vector<std::string> warnings;
-  set_log_sink(
-      [&](LogLevel, std::string_view text) {
-        fencelock::detail::MutexLock lock(mu);
-        warnings.emplace_back(text);
-      },
-      LogLevel::kWarning);
-  auto client = Client::connect(fmt::format("redis://noconfig:pw@127.0.0.1:{}", server->port()));
-  set_log_sink({});
-  EXPECT_TRUE(client.ok()) << client.status().to_string();
+  const auto warnings = warnings_while([&] {
+    auto client = Client::connect(fmt::format("redis://noconfig:pw@127.0.0.1:{}", server->port()));
+    EXPECT_TRUE(client.ok()) << client.status().to_string();
+  });
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("could not check maxmemory-policy"), std::string::npos) << warnings[0];
   EXPECT_EQ(warnings[0].find("pw"), std::string::npos) << "no credentials in the warning";
 }
 
-// Round 2's write-back compares tokens by the same rule as the fences (tokens.lua): exactly over
-// every uint64, where tonumber() would take 2^53 and 2^53 + 1 for equal and leave the counter
-// one below the chosen token (the next grant would then repeat it).
 // Another client can write a key in fencelock's layout whose name is no LockKey (here 605 bytes):
 // list() leaves it out, says so once in the log, and still lists the real locks (HolderInfo::key
 // is a LockKey, so a row with such a name cannot be returned).
@@ -221,25 +215,20 @@ TEST(RedisList, HeldNamesThatAreNotLockKeysAreLeftOutWithOneWarning) {
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   const std::string foreign = "jobs/" + std::string(600, 'x');
   ASSERT_EQ(server->command({"SET", lock_key(foreign), std::string(32, 'a'), "PX", "30000"}), "OK");
-  fencelock::detail::Mutex mu;
-  std::vector<std::string> warnings;
-  set_log_sink(
-      [&](LogLevel, std::string_view text) {
-        fencelock::detail::MutexLock lock(mu);
-        warnings.emplace_back(text);
-      },
-      LogLevel::kWarning);
-  auto listed = client.list("jobs/");
-  set_log_sink({});
-  ASSERT_TRUE(listed.ok()) << listed.status().to_string();
-  ASSERT_EQ(listed->size(), 1u);
-  EXPECT_EQ((*listed)[0].key.str(), "jobs/real");
-  fencelock::detail::MutexLock lock(mu);
+  std::optional<Result<std::vector<HolderInfo>>> listed;
+  const auto warnings = warnings_while([&] { listed = client.list("jobs/"); });
+  ASSERT_TRUE(listed.has_value());
+  ASSERT_TRUE(listed->ok()) << listed->status().to_string();
+  ASSERT_EQ((*listed)->size(), 1u);
+  EXPECT_EQ((**listed)[0].key.str(), "jobs/real");
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("left out 1 held lock"), std::string::npos) << warnings[0];
   EXPECT_NE(warnings[0].find("605 bytes"), std::string::npos) << warnings[0];
 }
 
+// Round 2's write-back compares tokens by the same rule as the fences (tokens.lua): exactly over
+// every uint64, where tonumber() would take 2^53 and 2^53 + 1 for equal and leave the counter
+// one below the chosen token (the next grant would then repeat it).
 TEST(RedisRound2Script, RaisesTheCounterExactlyAndRefusesAMalformedOne) {
   auto server = RedisServer::start();
   const std::string script(detail::lua::raise_fence);
