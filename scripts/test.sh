@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh              the format gate (scripts/check-format.sh), build/ and its tests
 #   scripts/test.sh --sanitize   build-asan/ with ASan (leak checks on) and UBSan, aborting on error;
-#                                every test but the long torture sessions (TortureCli.*)
+#                                every test but the long torture sessions (TortureCli.*);
+#                                leak suppressions in tests/lsan.supp
 #   scripts/test.sh --tsan       build-tsan/ (clang: ThreadSanitizer and -Wthread-safety -Werror over
 #                                every target), then the unit tests and the conformance suite on
 #                                every backend under TSan; suppressions in tests/tsan.supp
@@ -33,6 +34,7 @@ case ${1:-} in
     ctest_args=(-E '^TortureCli[.]')
     # verify_asan_link_order=0: torture workers run under LD_PRELOAD=libfaketime (clock faults).
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0
+    export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   --tsan)
