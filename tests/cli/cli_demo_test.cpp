@@ -25,7 +25,8 @@ TEST(CliDemo, BareItRunsOnMemoryInProcessAndSaysHowToIncludeRealServers) {
   ASSERT_EQ(demo.exit_code, 0) << demo.stdout_text << demo.stderr_text;
   EXPECT_THAT(demo.stdout_text, HasSubstr("== memory://fencelock-demo"));
   EXPECT_THAT(demo.stdout_text, HasSubstr("worker 2 is granted token 2"));
-  EXPECT_THAT(demo.stdout_text, HasSubstr("the fence refuses it: rejected: stale token 1 < 2"));
+  EXPECT_THAT(demo.stdout_text,
+              HasSubstr("the fence refuses its write: rejected: stale token 1 < 2"));
   EXPECT_THAT(demo.stdout_text, HasSubstr("./scripts/demo.sh"));
   EXPECT_THAT(demo.stdout_text, HasSubstr("--backend URI"));
   const auto rows = nlohmann::json::parse(demo.stderr_text);
