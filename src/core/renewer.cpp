@@ -234,11 +234,14 @@ void Renewer::run_round() {
   for (std::size_t i = 0; i < sent.size(); ++i) {
     LeaseState& lease = *sent[i];
     const RenewOutcome& outcome = outcomes[i];
-    const bool gone = outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested();
+    bool gone = outcome.kind == RenewOutcome::kRejected || lease.lost_source.stop_requested();
     bool watched = false;  // false: released meanwhile, or declared lost by the watchdog
     {
       MutexLock watch(watch_mu_);
       watched = fire_.contains(lease);
+      // Reported gone (lose_now, under watch_mu_) while this round was out: lost now, whatever
+      // the answer; a renewal that succeeded must not extend a grant the backend saw end.
+      gone = gone || lease.gone.load(std::memory_order_relaxed);
       if (watched && gone) {
         fire_.remove(lease);  // its loss is this thread's to report
       } else if (watched && outcome.kind == RenewOutcome::kRenewed) {

@@ -11,11 +11,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -295,6 +297,55 @@ TEST(Renewer, ARenewalThatThrowsFiresLostAtOnce) {
   ASSERT_TRUE(backend.wait_for_call([](const RenewCall& c) { return contains(c, "k2"); }))
       << "the Renewer stopped after the failure";
   EXPECT_FALSE(next->lost_source.stop_requested());
+}
+
+// The backend reports a grant gone (Grant::gone -> lose_now, on the backend's thread) while the
+// lease's renewal is in flight, and that renewal then succeeds: the lease is lost at once, keeps
+// its old validity (a gone grant is not extended) and is never renewed again. The race is
+// between lose_now and the renewal round that read the lease's state when it was built.
+TEST(Renewer, ALeaseReportedGoneDuringASuccessfulRenewalIsLostAtOnceAndNotRenewedAgain) {
+  FakeBackend backend;
+  std::promise<void> entered;
+  std::promise<void> resume;
+  std::shared_future<void> resumed = resume.get_future().share();
+  bool first = true;  // touched only by the renewal thread (inside renew_all)
+  backend.answer_with([&](const RenewItem& item) {
+    if (item.key->str() == "k" && first) {
+      first = false;
+      entered.set_value();
+      resumed.wait();
+    }
+    return FakeBackend::renewed(item);
+  });
+  Renewer renewer(backend);
+  auto lease = make_lease("k", 900ms);   // renewed at +300 ms, validity ends at +900 ms
+  auto other = make_lease("k2", 900ms);  // joins k's rounds (same TTL, added together)
+  const Clock::time_point old_valid_until = lease->valid_until();
+  LostProbe lost(*lease);
+  renewer.add(lease);
+  renewer.add(other);
+  ASSERT_EQ(entered.get_future().wait_for(kEventBound), std::future_status::ready)
+      << "no renewal round carried k";
+  std::jthread gone([&] { renewer.lose_now(lease.get()); });  // the backend's thread
+  gone.join();
+  resume.set_value();
+
+  std::optional<Clock::time_point> fired = lost.wait();
+  ASSERT_TRUE(fired.has_value()) << "lost() never fired";
+  EXPECT_LT(*fired, old_valid_until - Renewer::lost_guard(lease->ttl))
+      << "fired by the validity watchdog, not by the gone report";
+  EXPECT_EQ(lease->valid_until(), old_valid_until) << "a gone grant's validity was extended";
+  // Every later round carries k2; none may carry k.
+  const auto later =
+      backend.wait_for_call([&](const RenewCall& c) { return c.at > *fired && contains(c, "k2"); });
+  ASSERT_TRUE(later.has_value()) << "k2 was not renewed after k was lost";
+  const std::vector<RenewCall> calls = backend.calls();
+  for (std::size_t i = 0; i <= *later; ++i) {
+    if (calls[i].at > *fired) {
+      EXPECT_FALSE(contains(calls[i], "k")) << "call " << i;
+    }
+  }
+  EXPECT_FALSE(other->lost_source.stop_requested());
 }
 
 TEST(Renewer, RenewalsThatNeverConfirmFireLostNoLaterThanValidUntil) {

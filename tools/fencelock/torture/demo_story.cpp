@@ -64,7 +64,8 @@ DemoOutcome tell_pause(const RunRecord& record, const Report& report, std::chron
   for (const auto& l : record.leases) {
     if (l.lost && l.worker == p && l.token == paused_token) {
       out.lost_delay_ms = static_cast<double>(l.fired_at - l.valid_until) / 1e6;
-      say(fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
+      say(
+          fmt::format("  worker {} wakes: lost() fired {:.0f} ms after its validity ended (it "
                       "was frozen); it ignores the signal and goes on",
                       p, *out.lost_delay_ms));
     }
