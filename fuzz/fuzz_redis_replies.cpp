@@ -3,7 +3,8 @@
 // replies, by status_from_error_reply (redis/connection.h).
 // Properties: no crash; only the exact shapes the scripts return count as answers: a grant is
 // an array of two integers with a counter >= 1, a renewal gives exactly one vote per lease of
-// its batch, a release and a round-2 confirmation are integers; an error reply is never OK.
+// its batch, a release and a round-2 confirmation are integers, a SCAN page is a text cursor and
+// text keys; an error reply is never OK.
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 
@@ -53,6 +54,15 @@ void check_reply(const redisReply& reply) {
     FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && reply.elements == 3);
     FUZZ_CHECK(holder->pttl == reply.element[1]->integer);
   }
+  if (const auto page = interpret_scan_reply(reply)) {
+    FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && reply.elements == 2);
+    FUZZ_CHECK(page->cursor == reply_text(reply.element[0]));
+    FUZZ_CHECK(page->keys.size() == reply.element[1]->elements);
+    for (std::size_t i = 0; i < page->keys.size(); ++i) {
+      FUZZ_CHECK(page->keys[i] == reply_text(reply.element[1]->element[i]));
+    }
+  }
+  (void)reply_text(&reply);
   if (reply.type == REDIS_REPLY_ERROR) {
     const Status status =
         status_from_error_reply(std::string_view(reply.str, reply.len), "127.0.0.1:6379");

@@ -37,12 +37,10 @@ std::string evalsha(std::string_view sha, std::vector<std::string> keys,
   return format_command(argv);
 }
 
-std::string_view text_of(const redisReply* r) { return {r->str, r->len}; }
-
 // An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's
 // SCRIPT LOAD is stale; drop pooled connections so the next one reloads.
 Status script_error(InstanceCall& call, const redisReply* r) {
-  std::string_view text = text_of(r);
+  std::string_view text = reply_text(r);
   if (text.substr(0, 8) == "NOSCRIPT") call.instance->note_failure();
   return status_from_error_reply(text, call.instance->address());
 }
@@ -413,13 +411,13 @@ class RedlockBackend final : public Backend {
       calls[0].commands.push_back(&cmd);
       fan_out(calls, Clock::now() + options_.io_timeout);
       if (!calls[0].error.ok()) return false;
-      const redisReply* r = calls[0].replies[0].get();
-      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) return false;
-      for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
-        std::string name = key_from_lock_key(text_of(r->element[1]->element[i]));
+      auto page = interpret_scan_reply(*calls[0].replies[0]);
+      if (!page) return false;  // not SCAN's shape: this instance did not answer
+      for (std::string_view key : page->keys) {
+        std::string name = key_from_lock_key(key);
         if (!name.empty() && name.starts_with(prefix)) names.insert(name);
       }
-      cursor = std::string(text_of(r->element[0]));
+      cursor = std::move(page->cursor);
       if (cursor == "0") return true;
     }
     return true;

@@ -21,11 +21,12 @@ bool is_array_of(const redisReply& r, std::size_t n) {
   return r.type == REDIS_REPLY_ARRAY && r.elements == n && (n == 0 || r.element != nullptr);
 }
 
-std::string_view text_of(const redisReply* r) {
-  return r->str == nullptr ? std::string_view() : std::string_view(r->str, r->len);
-}
-
 }  // namespace
+
+std::string_view reply_text(const redisReply* reply) {
+  return reply == nullptr || reply->str == nullptr ? std::string_view()
+                                                   : std::string_view(reply->str, reply->len);
+}
 
 std::optional<AcquireReply> interpret_acquire_reply(const redisReply& reply) {
   if (!is_array_of(reply, 2) || !is_integer(reply.element[0]) || !is_integer(reply.element[1])) {
@@ -67,12 +68,27 @@ std::optional<InspectReply> interpret_inspect_reply(const redisReply& reply) {
     return std::nullopt;
   }
   InspectReply out;
-  out.owner = std::string(text_of(reply.element[0]));
+  out.owner = std::string(reply_text(reply.element[0]));
   out.pttl = reply.element[1]->integer;
-  const std::string_view info = text_of(reply.element[2]);
+  const std::string_view info = reply_text(reply.element[2]);
   const auto space = info.find(' ');
   out.token = parse_canonical_token(info.substr(0, space)).value_or(0);
   if (space != std::string_view::npos) out.metadata = std::string(info.substr(space + 1));
+  return out;
+}
+
+std::optional<ScanReply> interpret_scan_reply(const redisReply& reply) {
+  if (!is_array_of(reply, 2) || !is_text(reply.element[0])) return std::nullopt;
+  const redisReply& page = *reply.element[1];
+  if (page.type != REDIS_REPLY_ARRAY || (page.elements > 0 && page.element == nullptr)) {
+    return std::nullopt;
+  }
+  ScanReply out{std::string(reply_text(reply.element[0])), {}};
+  out.keys.reserve(page.elements);
+  for (std::size_t i = 0; i < page.elements; ++i) {
+    if (!is_text(page.element[i])) return std::nullopt;
+    out.keys.push_back(reply_text(page.element[i]));
+  }
   return out;
 }
 

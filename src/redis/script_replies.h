@@ -1,4 +1,5 @@
-// The replies of fencelock's Lua scripts (src/redis/scripts/*.lua), read as pure functions: no
+// The replies of fencelock's Lua scripts (src/redis/scripts/*.lua) and of SCAN (fencelock list),
+// read as pure functions: no
 // I/O, no clocks. A reply comes from a server (or a proxy, or something pretending to be one), so
 // anything hiredis can parse must be handled, and only the exact shapes the scripts return count
 // as an answer: a reply of any other shape is never read as a grant or a confirmed renewal.
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fencelock::detail::redis {
@@ -49,5 +51,17 @@ struct InspectReply {
 };
 // nullopt for nil and for any reply that is not {string, integer, string}.
 std::optional<InspectReply> interpret_inspect_reply(const redisReply& reply);
+
+// SCAN: {cursor, {key, ...}}. The keys view the reply's strings (valid while it lives). nullopt
+// unless the cursor is text and the keys an array of text: a reply of another shape is an
+// instance that did not answer, never an empty page.
+struct ScanReply {
+  std::string cursor;
+  std::vector<std::string_view> keys;
+};
+std::optional<ScanReply> interpret_scan_reply(const redisReply& reply);
+
+// The text of a string, status or error reply; empty for any other (hiredis leaves `str` null).
+std::string_view reply_text(const redisReply* reply);
 
 }  // namespace fencelock::detail::redis

@@ -135,5 +135,39 @@ TEST(InspectReply, AFreeLockAndEveryOtherShapeIsNoHolder) {
   EXPECT_FALSE(interpret_inspect_reply(*read_reply("*2\r\n$1\r\no\r\n:5\r\n")));
 }
 
+TEST(ScanReply, TheCursorAndThePagesKeys) {
+  // The keys view the reply's strings: it must outlive them.
+  const OwnedReply reply = read_reply("*2\r\n$2\r\n17\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n");
+  const auto page = interpret_scan_reply(*reply);
+  ASSERT_TRUE(page.has_value());
+  EXPECT_EQ(page->cursor, "17");
+  EXPECT_THAT(page->keys, ElementsAre("a", "bc"));
+  const auto last = interpret_scan_reply(*read_reply("*2\r\n$1\r\n0\r\n*0\r\n"));
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->cursor, "0");
+  EXPECT_TRUE(last->keys.empty());
+}
+
+// Before, a page of another shape was read as an empty page or as a cursor of "" (a key that is
+// an integer, a cursor that is nil): now the instance did not answer.
+TEST(ScanReply, EveryOtherShapeIsNoAnswer) {
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*2\r\n:0\r\n*0\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*2\r\n$-1\r\n*0\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*2\r\n$1\r\n0\r\n:3\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*2\r\n$1\r\n0\r\n*1\r\n:3\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*2\r\n$1\r\n0\r\n*1\r\n*0\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("*1\r\n$1\r\n0\r\n")));
+  EXPECT_FALSE(interpret_scan_reply(*read_reply("-ERR no\r\n")));
+}
+
+TEST(ReplyText, TheTextOfStringStatusAndErrorRepliesAndEmptyForOthers) {
+  EXPECT_EQ(reply_text(read_reply("$3\r\nabc\r\n").get()), "abc");
+  EXPECT_EQ(reply_text(read_reply("+OK\r\n").get()), "OK");
+  EXPECT_EQ(reply_text(read_reply("-NOSCRIPT x\r\n").get()), "NOSCRIPT x");
+  EXPECT_EQ(reply_text(read_reply(":5\r\n").get()), "");
+  EXPECT_EQ(reply_text(read_reply("$-1\r\n").get()), "");
+  EXPECT_EQ(reply_text(nullptr), "");
+}
+
 }  // namespace
 }  // namespace fencelock::detail::redis
