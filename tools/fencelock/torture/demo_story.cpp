@@ -152,12 +152,13 @@ Result<DemoOutcome> memory_story(const std::string& uri, std::chrono::millisecon
                   .overlaps = granted_at < first->valid_until() ? 1U : 0U,
                   .lost_delay_ms = lost_delay_ms,
                   .taken_over = fresh > stale};
-  if (!(fresh > stale)) out.violations.push_back("worker 2's token is not above worker 1's");
-  if (!fresh_write.ok()) out.violations.push_back("the fence refused the holder's write");
-  if (stale_write.code() != Code::kFenced) out.violations.push_back("the stale write was applied");
-  if (value != 1) out.violations.push_back(fmt::format("the register holds {}, not 1", value));
-  if (!lost_delay_ms) out.violations.push_back("lost() never fired for the ended lease");
-  if (out.overlaps > 0) out.violations.push_back("the two grants overlapped");
+  if (!(fresh > stale)) out.violations.emplace_back("worker 2's token is not above worker 1's");
+  if (!fresh_write.ok()) out.violations.emplace_back("the fence refused the holder's write");
+  if (stale_write.code() != Code::kFenced)
+    out.violations.emplace_back("the stale write was applied");
+  if (value != 1) out.violations.emplace_back(fmt::format("the register holds {}, not 1", value));
+  if (!lost_delay_ms) out.violations.emplace_back("lost() never fired for the ended lease");
+  if (out.overlaps > 0) out.violations.emplace_back("the two grants overlapped");
   out.verdict = out.violations.empty() ? Verdict::kSafe : Verdict::kUnsafe;
   return out;
 }
