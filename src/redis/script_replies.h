@@ -1,8 +1,8 @@
 // The replies of fencelock's Lua scripts (src/redis/scripts/*.lua) and of SCAN (fencelock list),
-// read as pure functions: no
-// I/O, no clocks. A reply comes from a server (or a proxy, or something pretending to be one), so
-// anything hiredis can parse must be handled, and only the exact shapes the scripts return count
-// as an answer: a reply of any other shape is never read as a grant or a confirmed renewal.
+// read as pure functions: no I/O, no clocks. A reply comes from a server (or a proxy, or something
+// pretending to be one), so anything hiredis can parse must be handled, and only the exact shapes
+// the scripts return count as an answer: a reply of any other shape is never read as a grant or a
+// confirmed renewal.
 // Error replies are the caller's (a NOSCRIPT drops the connection's script cache) and are not
 // read here.
 #pragma once
