@@ -28,6 +28,8 @@ PACKAGES=(
   # thread-safety analysis (scripts/test.sh --tsan), libFuzzer (scripts/fuzz.sh; the runtime is
   # in libclang-rt-14-dev) and the compile database of clang-tidy 14 (scripts/check-tidy.sh)
   clang-format clang-14 libclang-rt-14-dev clang-tidy
+  # model checking of the protocols (scripts/model-check.sh, models/*.pml)
+  spin
 )
 
 missing_packages() {

@@ -1,0 +1,563 @@
+/*
+ * Redlock with round 2: fencing tokens only grow, and mutual exclusion under the expiry rule.
+ * Checked exhaustively by scripts/model-check.sh; docs/PROTOCOLS.md ("Redis and Redlock",
+ * "Model") says what is covered and what is abstracted.
+ *
+ * What is modelled (each step names the code it abstracts):
+ *  - N = 3 instances, each holding the lock key (which attempt's SET wrote it) and the fence
+ *    counter. The scripts run atomically on an instance, in any order against each other.
+ *  - 2 or 3 clients; client c makes up to A0, A1, A2 attempts (a retry after a failed attempt
+ *    or a new acquisition after a release is the next attempt). Each attempt writes its own
+ *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes).
+ *  - Every request (round 1, round 2, release) is its own message per instance, delivered at
+ *    any later moment or never: messages are delayed and reordered arbitrarily. A client may
+ *    stop waiting for replies at any moment (fan_out's deadlines and the majority grace are
+ *    time-based and time is abstracted), and any reply it does not see counts as a timeout
+ *    (ambiguous: the request may still execute afterwards, or may already have).
+ *  - Time: a key may expire at any moment; its expiry means that the validity of the attempt
+ *    that wrote it has ended (the expiry rule, see live/over below). The client's own check
+ *    that the validity has not run out by the end of round 2 may fail at any grant. Nothing
+ *    else depends on clocks.
+ *  - Client crashes: a client that takes no further step. Every state of a run with a crash is
+ *    reached by the same run with the client frozen, because all other processes (instances,
+ *    network, expiry) move independently of it; so no explicit crash transition is needed. The
+ *    client may also keep a grant without ever releasing it (it then expires).
+ *
+ * Abstracted away: the wait queue (acquire.lua:18-30 and 35-48: it only refuses more SETs and
+ * changes no key the invariants read), holder metadata, renewals (renew.lua: a renewal only
+ * extends a key under the same value compare as release.lua), pub/sub wake-ups, reconnects.
+ *
+ * Invariants (asserted at each grant, in Client below):
+ *  - TOKEN_GROWS: the token exceeds the token of every grant completed before this attempt
+ *    began, and no two grants share a token.
+ *  - MUTEX: no other client holds a grant whose validity has not ended.
+ *
+ * Variants, each a real defect or documented assumption; each must be caught:
+ *  - NO_ROUND2: the token is the max of INCR over the majority without round 2's write-back
+ *    (the design before round 2; tests/unit/round2_simulation_test.cpp shows it by hand).
+ *  - REUSE_VALUE: every attempt of a client writes the same lock value (the owner id): the code
+ *    before issue 12 (commit 74cfaf5). A delayed release of a failed attempt deletes the
+ *    client's later grant on a majority, and another client is granted while it holds.
+ *  - RESTART: an instance restarts without its data (counter and key gone): the documented
+ *    assumption "an instance does not lose its data" (docs/PROTOCOLS.md, Round 2).
+ *
+ * Bound: every run is finite (each client makes at most its attempts, every message is
+ * delivered at most once, every key is written by one delivery and goes at most once, RESTARTS
+ * restarts at most), so the search is exhaustive within the depth limit DEPTH (pan counts the
+ * statements inside atomic steps too); scripts/model-check.sh passes -m DEPTH and fails if pan
+ * reports that the depth was too small.
+ */
+#define DEPTH 10000
+
+#define N 3
+#define Q 2 /* src/core/quorum.h quorum(n) = n / 2 + 1; has_quorum(c, n) = c >= quorum(n) */
+#define ALL 7 /* every instance: calls_to_all() (redis_backend.cpp) */
+
+/* Attempts per client (a retry after a failed attempt, or a new acquisition after a release,
+ * is the next attempt). CLIENTS counts the clients with A0, A1, A2 > 0. */
+#ifndef A0
+#define A0 2
+#endif
+#ifndef A1
+#define A1 1
+#endif
+#ifndef A2
+#define A2 0
+#endif
+#if A2 > 0
+#define CLIENTS 3
+#else
+#define CLIENTS 2
+#endif
+#define NATT (A0 + A1 + A2) /* attempt ids 1..NATT; 0 = none */
+/* client c's attempts are FIRST(c) .. FIRST(c) + ATTEMPTS(c) - 1 */
+#define FIRST(c) ((c) == 0 -> 1 : ((c) == 1 -> A0 + 1 : A0 + A1 + 1))
+#define ATTEMPTS(c) ((c) == 0 -> A0 : ((c) == 1 -> A1 : A2))
+#define OWNER(a) ((a) <= A0 -> 0 : ((a) <= A0 + A1 -> 1 : 2))
+
+#ifdef RESTART
+#ifndef RESTARTS
+#define RESTARTS 1
+#endif
+byte restarts = 0;
+#endif
+
+/*
+ * The lock value written by attempt a. redis_backend.cpp RedlockBackend::attempt_value: the
+ * owner id followed by 64 fresh random bits, so every attempt's value is distinct.
+ * REUSE_VALUE: the owner id alone, the same for all attempts of one client.
+ */
+#ifdef REUSE_VALUE
+#define VAL(a) (OWNER(a) + 1)
+#else
+#define VAL(a) (a)
+#endif
+#define BIT(i) (1 << (i))
+#define HAS(m, i) (((m) >> (i)) & 1)
+#define COUNT(m) (HAS(m, 0) + HAS(m, 1) + HAS(m, 2))
+
+/* Per instance: the lock key fencelock:{K} (the attempt whose SET wrote it, 0 when absent) and
+ * the fence counter fencelock:{K}:fence (absent = 0). */
+byte lock[N];
+byte fence[N];
+
+/* Requests in flight: one bit per instance, per attempt. */
+byte acq_pend[NATT + 1];   /* acquire.lua (round 1) */
+byte raise_pend[NATT + 1]; /* raise_fence.lua (round 2) */
+byte raise_tok[NATT + 1];  /* its ARGV[2], the chosen token */
+byte rel_pend[NATT + 1];   /* release.lua */
+
+/* Replies that arrived while the attempt still waits for them (later ones are dropped with the
+ * call, as fan_out gives up a connection that missed its deadline). */
+bool wait1[NATT + 1];
+bool wait2[NATT + 1];
+byte r1_granted[NATT + 1]; /* acquire.lua answered {1, counter} */
+byte r1_counter[(NATT + 1) * N];
+byte r2_ok[NATT + 1];      /* raise_fence.lua answered 1 */
+
+/* Time abstracted. live[a]: attempt a is in progress, or its grant is held. over[a]: its
+ * validity (valid_until = send time + ttl - drift, src/core/quorum.cpp validity_deadline) has
+ * ended. The expiry rule: a key outlives the validity of the attempt that wrote it, because its
+ * PX ttl starts after the send time and the drift allowance covers the clock rates. So a key may
+ * expire at any moment, and its expiry marks that attempt's validity as ended; the holder (if
+ * any) no longer counts as holding then. The client's own check `Clock::now() < validity` may
+ * also find it ended. (A validity that ends with no key expiring changes nothing the invariants
+ * read except MUTEX, which it would only weaken.) Reset when the attempt ends, so that finished
+ * attempts do not multiply the states. */
+bool live[NATT + 2];
+bool over[NATT + 2];
+
+/* Observer state for the invariants. */
+byte holding[CLIENTS];  /* the attempt whose grant the client holds, 0 none */
+byte max_done = 0;      /* the largest token of the grants completed so far */
+int tokens_granted = 0; /* bit t: token t was granted */
+
+/*
+ * State-space reductions. Each only merges states that no later step can tell apart, or drops a
+ * request whose delivery is the same as a step the model allows anyway; none removes a
+ * behaviour. None applies under REUSE_VALUE, where other attempts share a value.
+ *  - A release of an attempt that has ended deletes only that attempt's key, which the expiry
+ *    rule lets expire at any moment anyway (its attempt is not live): the same step. So with
+ *    distinct values releases are not sent (REL_MASK).
+ *  - A round-2 request of attempt A at instance I changes something only while A's key is
+ *    there (it went only to instances that granted A): dropped when the key goes (gc).
+ *  - Once an attempt has ended and has no round-2 request left at an instance, nothing can
+ *    tell its key there from any other ended attempt's: it becomes DEAD; its round-1
+ *    requests still in flight become anonymous ones (dead_acq[i]), which write DEAD.
+ */
+#define DEAD (NATT + 1)
+#ifdef REUSE_VALUE
+#define REL_MASK(A) ALL
+#else
+#define REL_MASK(A) 0
+byte dead_acq[N];
+#endif
+
+inline gc(i) {
+#ifndef REUSE_VALUE
+  j = 1;
+  do
+  :: j <= NATT ->
+     if
+     :: HAS(raise_pend[j], i) && lock[i] != j -> raise_pend[j] = raise_pend[j] & ~BIT(i)
+     :: else -> skip
+     fi;
+     if
+     :: raise_pend[j] == 0 && !wait2[j] -> raise_tok[j] = 0
+     :: else -> skip
+     fi;
+     j++
+  :: else -> break
+  od;
+  if
+  :: lock[i] != 0 && lock[i] != DEAD && !live[lock[i]] && !HAS(raise_pend[lock[i]], i) ->
+     lock[i] = DEAD
+  :: else -> skip
+  fi;
+  j = 0
+#else
+  skip
+#endif
+}
+
+/* Attempt a has ended (failed, or its grant was released). */
+inline retire(a) {
+  live[a] = 0;
+  over[a] = 0;
+  rel_pend[a] = REL_MASK(a);
+#ifndef REUSE_VALUE
+  i = 0;
+  do
+  :: i < N ->
+     if
+     :: HAS(acq_pend[a], i) -> dead_acq[i]++
+     :: else -> skip
+     fi;
+     if
+     :: lock[i] == a && !HAS(raise_pend[a], i) -> lock[i] = DEAD
+     :: else -> skip
+     fi;
+     i++
+  :: else -> break
+  od;
+  acq_pend[a] = 0;
+  if
+  :: raise_pend[a] == 0 -> raise_tok[a] = 0
+  :: else -> skip
+  fi;
+  i = 0
+#endif
+}
+
+/*
+ * Symmetry reduction: the instances are interchangeable (every request goes to every instance,
+ * the clients treat the replies alike, and the Instance processes differ only in their index),
+ * so after every step the instances are sorted by their whole state; a state and its instance
+ * permutations count once. Off with NO_SYMMETRY (the broken variants: their counterexamples
+ * then keep the instance numbers).
+ */
+#ifndef NO_SYMMETRY
+c_code {
+/* The whole state of instance x as one number: its key and counter, the anonymous round-1
+ * requests in flight, and per attempt the requests in flight, the replies that came and the
+ * counter replied. */
+static unsigned long long instance_signature(int x) {
+  unsigned long long s = now.lock[x];
+  s = s * 16 + now.fence[x];
+#ifndef REUSE_VALUE
+  s = s * 8 + now.dead_acq[x];
+#endif
+  for (int a = 1; a <= NATT; a++) {
+    s = s * 2 + ((now.acq_pend[a] >> x) & 1);
+    s = s * 2 + ((now.raise_pend[a] >> x) & 1);
+    s = s * 2 + ((now.rel_pend[a] >> x) & 1);
+    s = s * 2 + ((now.r1_granted[a] >> x) & 1);
+    s = s * 2 + ((now.r2_ok[a] >> x) & 1);
+    s = s * 8 + now.r1_counter[a * N + x];
+  }
+  return s;
+}
+static void swap_bits(unsigned char *m, int x, int y) {
+  if ((((*m) >> x) & 1) != (((*m) >> y) & 1)) *m ^= (unsigned char)((1 << x) | (1 << y));
+}
+static void swap_instances(int x, int y) {
+  unsigned char t;
+  t = now.lock[x]; now.lock[x] = now.lock[y]; now.lock[y] = t;
+  t = now.fence[x]; now.fence[x] = now.fence[y]; now.fence[y] = t;
+#ifndef REUSE_VALUE
+  t = now.dead_acq[x]; now.dead_acq[x] = now.dead_acq[y]; now.dead_acq[y] = t;
+#endif
+  for (int a = 1; a <= NATT; a++) {
+    swap_bits(&now.acq_pend[a], x, y);
+    swap_bits(&now.raise_pend[a], x, y);
+    swap_bits(&now.rel_pend[a], x, y);
+    swap_bits(&now.r1_granted[a], x, y);
+    swap_bits(&now.r2_ok[a], x, y);
+    t = now.r1_counter[a * N + x];
+    now.r1_counter[a * N + x] = now.r1_counter[a * N + y];
+    now.r1_counter[a * N + y] = t;
+  }
+}
+static void order_instances(int x, int y) {
+  if (instance_signature(x) > instance_signature(y)) swap_instances(x, y);
+}
+}
+#endif
+
+/* Called at the end of every atomic step that changes an instance's state. */
+inline canonical() {
+#ifndef NO_SYMMETRY
+  c_code { order_instances(0, 1); order_instances(1, 2); order_instances(0, 1); }
+#else
+  skip
+#endif
+}
+
+/* acquire.lua:24-34 on instance i for attempt a (the queue abstracted: head == nil):
+ * SET lock value NX PX ttl; on success INCR fence and return {1, counter}, else {0, PTTL}. */
+inline acquire_script(a, i) {
+  acq_pend[a] = acq_pend[a] & ~BIT(i);
+  if
+  :: lock[i] == 0 ->
+     lock[i] = a;
+     fence[i]++;
+     if
+     :: wait1[a] -> r1_granted[a] = r1_granted[a] | BIT(i); r1_counter[a * N + i] = fence[i]
+     :: else -> skip
+     fi
+  :: else -> skip /* {0, pttl}: the client treats it as no grant */
+  fi
+}
+
+/* raise_fence.lua:9-16: if GET lock == value then fence = max(fence, token); return 1, else 0. */
+inline raise_script(a, i) {
+  raise_pend[a] = raise_pend[a] & ~BIT(i);
+  if
+  :: lock[i] != 0 && VAL(lock[i]) == VAL(a) ->
+     if
+     :: fence[i] < raise_tok[a] -> fence[i] = raise_tok[a]
+     :: else -> skip
+     fi;
+     if
+     :: wait2[a] -> r2_ok[a] = r2_ok[a] | BIT(i)
+     :: else -> skip
+     fi
+  :: else -> skip
+  fi
+}
+
+/* release.lua:17-18: if ARGV[3] ~= '' and GET lock == value then DEL lock holder. */
+inline release_script(a, i) {
+  rel_pend[a] = rel_pend[a] & ~BIT(i);
+  if
+  :: lock[i] != 0 && VAL(lock[i]) == VAL(a) -> lock[i] = 0
+  :: else -> skip
+  fi
+}
+
+/* Any pending request of attempt A executes on this instance, in any order. */
+#define DELIVER(A) \
+  :: atomic { HAS(acq_pend[A], i) -> acquire_script(A, i); gc(i); canonical() } \
+  :: atomic { HAS(raise_pend[A], i) -> raise_script(A, i); gc(i); canonical() } \
+  :: atomic { HAS(rel_pend[A], i) -> release_script(A, i); gc(i); canonical() }
+
+proctype Instance(byte i) {
+  byte j;
+end:
+  do
+  DELIVER(1)
+#if NATT >= 2
+  DELIVER(2)
+#endif
+#if NATT >= 3
+  DELIVER(3)
+#endif
+#if NATT >= 4
+  DELIVER(4)
+#endif
+#if NATT >= 5
+  DELIVER(5)
+#endif
+#if NATT >= 6
+  DELIVER(6)
+#endif
+#ifndef REUSE_VALUE
+  /* A round-1 request of an ended attempt executes */
+  :: atomic {
+       dead_acq[i] > 0 ->
+       dead_acq[i]--;
+       if
+       :: lock[i] == 0 -> lock[i] = DEAD; fence[i]++
+       :: else -> skip
+       fi;
+       canonical()
+     }
+#endif
+  /* The key's PX ttl runs out (the expiry rule: the validity of its attempt ended). */
+  :: atomic {
+       lock[i] != 0 ->
+       if
+       :: lock[i] != DEAD && live[lock[i]] -> over[lock[i]] = 1
+       :: else -> skip
+       fi;
+       lock[i] = 0;
+       gc(i);
+       canonical()
+     }
+#ifdef RESTART
+  /* A restart without persistence: the key and the counter are gone (the documented
+   * assumption is that this does not happen). */
+  :: atomic {
+       restarts < RESTARTS && (lock[i] != 0 || fence[i] != 0) ->
+       restarts++;
+       if
+       :: lock[i] != 0 && lock[i] != DEAD && live[lock[i]] -> over[lock[i]] = 1
+       :: else -> skip
+       fi;
+       lock[i] = 0;
+       fence[i] = 0;
+       gc(i);
+       canonical()
+     }
+#endif
+  od
+}
+
+/* Take the reply of instance I (bit I of mask M) if it arrived, or not: a reply that comes
+ * after the client stopped waiting is a timeout, though the request executed. */
+#define SEE(M, I, SEEN) \
+  if \
+  :: HAS(M, I) -> SEEN = SEEN | BIT(I) \
+  :: true -> skip \
+  fi
+
+proctype Client(byte c) {
+  byte k = 0;    /* attempts made */
+  byte a;        /* this attempt */
+  byte began;    /* max_done when this attempt began */
+  byte granted;  /* instances whose grant the client saw in round 1 */
+  byte at_token; /* granted instances whose counter is the token */
+  byte token;
+  byte ok;       /* instances that confirmed the token */
+  byte i;
+
+end:
+  do
+  :: k < ATTEMPTS(c) ->
+     a = FIRST(c) + k;
+     k++;
+     /* redis_backend.cpp RedlockBackend::try_acquire: `value = attempt_value(req.owner)`, then
+      * acquire.lua to every instance (calls_to_all, fan_out) before any reply is read; the
+      * validity runs from `sent`. */
+     atomic {
+       live[a] = 1;
+       began = max_done;
+       wait1[a] = 1;
+       acq_pend[a] = ALL;
+       canonical()
+     }
+     /* fan_out returns (all answered, io_deadline, or the majority's grace: a moment of the
+      * model's choosing); tally_round1 keeps the grants that came, with their counters (the
+      * rest are refusals or errors). quorum.cpp select_token: token = the max counter. */
+     atomic {
+       wait1[a] = 0;
+       SEE(r1_granted[a], 0, granted);
+       SEE(r1_granted[a], 1, granted);
+       SEE(r1_granted[a], 2, granted);
+       i = 0;
+       do
+       :: i < N ->
+          if
+          :: HAS(granted, i) && r1_counter[a * N + i] > token -> token = r1_counter[a * N + i]
+          :: else -> skip
+          fi;
+          i++
+       :: else -> break
+       od;
+#ifdef NO_ROUND2
+       /* The design without round 2: a majority of grants is the grant, token = max INCR. */
+       if
+       :: COUNT(granted) >= Q -> ok = COUNT(granted)
+       :: else -> skip
+       fi;
+#else
+       /* `if (has_quorum(r1.granted.size(), n()))`: round2(). An instance whose counter equals
+        * the token is confirmed by round 1 (`r1.counters[i] == token.value()`: confirmed++);
+        * raise_fence.lua goes to the other granting instances, and only while those at the
+        * token are short of a majority (`needed = quorum(n()) - confirmed; if (needed <= 0)
+        * calls.clear()`). */
+       if
+       :: COUNT(granted) >= Q ->
+          i = 0;
+          do
+          :: i < N ->
+             if
+             :: HAS(granted, i) && r1_counter[a * N + i] == token -> at_token = at_token | BIT(i)
+             :: else -> skip
+             fi;
+             i++
+          :: else -> break
+          od;
+          ok = COUNT(at_token);
+          if
+          :: ok < Q ->
+             raise_tok[a] = token;
+             wait2[a] = 1;
+             raise_pend[a] = granted & ~at_token
+          :: else -> skip
+          fi
+       :: else -> skip
+       fi;
+#endif
+       r1_granted[a] = 0;
+       r1_counter[a * N] = 0;
+       r1_counter[a * N + 1] = 0;
+       r1_counter[a * N + 2] = 0;
+       granted = 0;
+       at_token = 0;
+       i = 0;
+       canonical()
+     }
+     /* Round 2's fan_out returns at a moment of the model's choosing (confirmed +=
+      * raise_fence_confirmed replies); then try_acquire grants when `confirmed.ok() &&
+      * Clock::now() < validity`: the validity may have run out by now. */
+     atomic {
+#ifndef NO_ROUND2
+       if
+       :: wait2[a] ->
+          wait2[a] = 0;
+          SEE(r2_ok[a], 0, at_token);
+          SEE(r2_ok[a], 1, at_token);
+          SEE(r2_ok[a], 2, at_token);
+          ok = ok + COUNT(at_token);
+          r2_ok[a] = 0;
+          at_token = 0
+       :: else -> skip
+       fi;
+#endif
+       if
+       :: ok >= Q && !over[a] -> skip
+       :: ok >= Q -> over[a] = 1; ok = 0 /* DeadlineExceeded: "acquiring took longer ..." */
+       :: else -> skip
+       fi;
+       if
+       :: ok >= Q ->
+          /* TOKEN_GROWS: above every grant completed before this attempt began, and unique */
+          assert(token > began);
+          assert((tokens_granted & (1 << token)) == 0);
+          tokens_granted = tokens_granted | (1 << token);
+          /* MUTEX: no other client holds a grant whose validity has not ended */
+          i = 0;
+          do
+          :: i < CLIENTS ->
+             assert(i == c || holding[i] == 0 || over[holding[i]]);
+             i++
+          :: else -> break
+          od;
+          i = 0;
+          holding[c] = a;
+          if
+          :: token > max_done -> max_done = token
+          :: else -> skip
+          fi
+       :: else ->
+          /* try_acquire's failure path: release_keys(value) on every instance. (The code skips
+           * it when every instance answered "held"; then it would change nothing.) */
+          retire(a)
+       fi;
+       began = 0;
+       token = 0;
+       ok = 0;
+       canonical()
+     }
+     if
+     :: holding[c] == a ->
+        if
+        :: atomic {
+             /* Lease::release -> release_grant -> release_keys(value): release.lua on every
+              * instance */
+             holding[c] = 0;
+             retire(a);
+             canonical()
+           }
+        :: break /* keeps the grant and never releases it (or crashes): its keys expire */
+        fi
+     :: else -> skip
+     fi
+  :: else -> break
+  od
+}
+
+init {
+  byte c;
+  atomic {
+    run Instance(0);
+    run Instance(1);
+    run Instance(2);
+    c = 0;
+    do
+    :: c < CLIENTS -> run Client(c); c++
+    :: else -> break
+    od
+  }
+}
