@@ -52,24 +52,36 @@ std::vector<pid_t> pids_in(const std::string& file) {
   return pids;
 }
 
-// The processes below `root` whose command line is exactly `sleep 60`.
-std::vector<pid_t> sleeps_below(pid_t root) {
-  std::map<pid_t, pid_t> parent;
+// Every process's state letter and parent, from /proc/PID/stat.
+struct ProcessRow {
+  char state = '?';
+  pid_t ppid = 0;
+};
+std::map<pid_t, ProcessRow> process_table() {
+  std::map<pid_t, ProcessRow> table;
   DIR* dir = ::opendir("/proc");
-  if (dir == nullptr) return {};
+  if (dir == nullptr) return table;
   while (const dirent* entry = ::readdir(dir)) {
     const pid_t pid = static_cast<pid_t>(std::atol(entry->d_name));
     if (pid <= 0) continue;
     const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
     const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
+    if (close == std::string::npos || close + 2 >= stat.size()) continue;
     std::istringstream rest(stat.substr(close + 2));
-    std::string state;
+    ProcessRow row;
     long ppid = 0;
-    rest >> state >> ppid;
-    parent[pid] = static_cast<pid_t>(ppid);
+    rest >> row.state >> ppid;
+    row.ppid = static_cast<pid_t>(ppid);
+    table[pid] = row;
   }
   ::closedir(dir);
+  return table;
+}
+
+// The processes below `root` whose command line is exactly `sleep 60`.
+std::vector<pid_t> sleeps_below(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  for (const auto& [pid, row] : process_table()) parent[pid] = row.ppid;
   std::vector<pid_t> out;
   for (const auto& [pid, ppid] : parent) {
     std::string cmdline = read_file(fmt::format("/proc/{}/cmdline", pid));
@@ -296,22 +308,10 @@ TEST_F(CliRunTree, UnderATerminalCmdReadsItCtrlZStopsTheJobAndCtrlCReachesAllOfI
     const char state = state_of(p);
     if (state == 'T') return true;
     if (state != 'D') return false;
-    DIR* proc = ::opendir("/proc");
-    if (proc == nullptr) return false;
-    bool child_stopped = false;
-    while (const dirent* entry = ::readdir(proc)) {
-      if (std::atol(entry->d_name) <= 0) continue;  // not a process
-      const std::string stat = read_file(fmt::format("/proc/{}/stat", entry->d_name));
-      const auto close = stat.rfind(')');
-      if (close == std::string::npos || close + 4 >= stat.size()) continue;
-      std::istringstream rest(stat.substr(close + 2));
-      char child_state = '?';
-      long ppid = 0;
-      rest >> child_state >> ppid;
-      if (ppid == p && child_state == 'T') child_stopped = true;
+    for (const auto& [child, row] : process_table()) {
+      if (row.ppid == p && row.state == 'T') return true;
     }
-    ::closedir(proc);
-    return child_stopped;
+    return false;
   };
   EXPECT_TRUE(eventually([&] { return stopped(worker); }, 15s, 5ms))
       << "CMD's job is not stopped (state " << state_of(worker) << ")";
