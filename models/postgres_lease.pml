@@ -1,0 +1,334 @@
+/*
+ * PostgreSQL lease mode (mode=lease): tokens follow grant order, and mutual exclusion under the
+ * expiry rule. Checked exhaustively by scripts/model-check.sh; docs/PROTOCOLS.md ("Lease mode",
+ * "Model") says what is covered and what is abstracted.
+ *
+ * What is modelled (each step names the code it abstracts):
+ *  - One key: its row of fencelock_leases (absent until the first grant; then the attempt whose
+ *    grant it holds, or none, and whether it is unexpired) and the sequence fencelock_tokens.
+ *    Each statement is its own transaction; its steps run atomically on the server, in any order
+ *    against other statements (a statement blocked on the row lock or on the unique index of a
+ *    concurrent INSERT simply runs its next step later).
+ *  - lease_acquire.sql as two server steps: the VALUES row's nextval() is drawn when the
+ *    statement starts (before any row lock); the conflict resolution (INSERT, or ON CONFLICT DO
+ *    UPDATE with a fresh nextval() when the row is expired, or nothing) is one step later.
+ *  - 2 clients; client c makes up to A0, A1 acquisitions (ClientCore::acquire_as_head: a fresh
+ *    OwnerId::random() per acquisition). An acquisition makes up to TRIES tries with its owner
+ *    id (wait_loop.cpp acquire_with_release_events: a try after a "held" answer, on a release
+ *    notification or the holder's remaining time, both abstracted to "any later moment").
+ *  - Every statement is delivered at any later moment or never (a statement that runs out of
+ *    io_timeout is cancelled with PQcancel and its connection dropped; the cancel may not reach
+ *    the server, so the statement may still run; a crash of the server, with durable commits,
+ *    just ends the statements it had not run). The client may stop waiting for a reply at any
+ *    moment: an ambiguous try (postgres_backend.cpp LeaseBackend::try_acquire, `if (!r.ok())`)
+ *    sends release by owner id (lease_release.sql) and the acquisition fails.
+ *  - Time: the row may expire at any moment; its expiry means that the validity of the grant it
+ *    holds has ended (the expiry rule: expires_at = the server's clock_timestamp() + ttl at the
+ *    grant, the client's validity = send time + ttl - drift, renewals move both under the same
+ *    owner compare). The client's own check `Clock::now() >= validity` after a grant may fail
+ *    (it then releases and fails). Nothing else depends on clocks.
+ *  - Client crashes: a client that takes no further step (every other process moves
+ *    independently of it, so no explicit crash transition is needed); a holder may also keep
+ *    its grant and never release it.
+ *
+ * Abstracted away: renewals (lease_renew.sql extends only an unexpired row of the same owner;
+ * one that fails reports the lease lost, which only weakens MUTEX), the LISTEN connection (a
+ * wake-up only makes a waiter try again, at a moment the model picks anyway), holder metadata,
+ * reconnect back-off, other keys (the sequence is shared by all keys; draws for other keys only
+ * skip numbers).
+ *
+ * Invariants (asserted when a client sees its grant):
+ *  - ORDER: the token exceeds the token of every grant that had completed (its client saw it)
+ *    before the server granted this one; no two grants share a token.
+ *  - MUTEX: no other client holds a grant whose validity has not ended.
+ *
+ * Variants, each a real defect or a documented assumption; each must be caught:
+ *  - DELETE_ON_RELEASE: release deletes the row instead of marking it expired (the reason
+ *    lease_release.sql keeps rows: a statement that drew its VALUES token early, stalled, and
+ *    inserts after a later grant's row was deleted hands out a smaller token).
+ *  - REUSE_OWNER: one owner id for all acquisitions of a client. A delayed release of an
+ *    acquisition that failed ambiguously frees the client's later grant, and another client is
+ *    granted while it holds.
+ *  - ASYNC_COMMIT: commits are acknowledged before they are durable (synchronous_commit = off,
+ *    which every fencelock connection overrides) and the server crashes: it comes back with the
+ *    state of its last WAL flush, and a token is granted twice (the documented assumption that
+ *    commits are durable; tests/conformance/postgres_integration_test.cpp shows it for real).
+ *
+ * Bound: every run is finite (at most A0 + A1 acquisitions of at most TRIES tries, each
+ * statement runs at most once, at most CRASHES crashes), so the search is exhaustive within
+ * DEPTH; scripts/model-check.sh passes -m DEPTH and fails if pan reports it too small.
+ */
+#define DEPTH 2000
+
+#ifndef A0
+#define A0 2
+#endif
+#ifndef A1
+#define A1 2
+#endif
+#ifndef TRIES
+#define TRIES 2
+#endif
+#define CLIENTS 2
+#define NATT (A0 + A1) /* acquisition ids 1..NATT; 0 = none */
+#define FIRST(c) ((c) == 0 -> 1 : A0 + 1)
+#define ATTEMPTS(c) ((c) == 0 -> A0 : A1)
+#define OWNER(a) ((a) <= A0 -> 0 : 1)
+
+/* The owner id written by acquisition a and compared by its release. REUSE_OWNER: one per
+ * client. */
+#ifdef REUSE_OWNER
+#define VAL(a) (OWNER(a) + 1)
+#else
+#define VAL(a) (a)
+#endif
+
+/* A release of an acquisition that has ended can only free a row that holds that ended
+ * acquisition's grant (owner ids are distinct): the very step the expiry rule allows at any
+ * moment for a row whose grant nobody holds (expires_at = 'epoch', owner = ''). So with distinct
+ * owners and rows kept, releases are not sent: a state-space reduction that removes no
+ * behaviour. */
+#if defined(REUSE_OWNER) || defined(DELETE_ON_RELEASE)
+#define SEND_RELEASES 1
+#endif
+
+/* The row of the key (fencelock_leases WHERE name = key). */
+bool row = 0;      /* it exists */
+byte row_att = 0;  /* the acquisition whose grant it holds (owner = VAL(row_att)); 0 none */
+bool row_live = 0; /* expires_at > clock_timestamp() */
+byte seq = 0;      /* fencelock_tokens: the last value drawn */
+
+#ifdef ASYNC_COMMIT
+/* The state as of the last WAL flush: what a crash comes back with. */
+bool d_row = 0;
+byte d_row_att = 0;
+bool d_row_live = 0;
+byte d_seq = 0;
+bool crashed = 0;
+#endif
+
+/* Statements in flight, per acquisition (one at a time: a try starts after the previous try's
+ * answer was read, and an acquisition that ended ambiguously makes no more). */
+byte stmt[NATT + 1];   /* 0 none; 1 sent; 2 its VALUES nextval() drawn */
+byte stmt_v[NATT + 1]; /* that VALUES token */
+bool rel[NATT + 1];    /* lease_release.sql with this acquisition's owner id */
+
+/* Answers that came while the client still waits for them. */
+bool waiting[NATT + 1];
+byte answer[NATT + 1]; /* 0 none; 1 granted; 2 held by another owner */
+byte answer_tok[NATT + 1];
+
+/* live[a]: acquisition a is in progress or its grant is held. over[a]: its validity has ended
+ * (the expiry rule). Both reset when it ends. */
+bool live[NATT + 1];
+bool over[NATT + 1];
+
+/* Observer state for the invariants. */
+byte holding[CLIENTS];          /* the acquisition whose grant the client holds, 0 none */
+byte max_done = 0;              /* the largest token of the grants completed so far */
+byte done_at_grant[NATT + 1];   /* max_done when the server granted acquisition a */
+int tokens_granted = 0;         /* bit t: token t was granted (and seen) */
+
+/* Acquisition a has ended (failed, or its grant was released): nobody holds its grant. */
+inline retire(a) {
+  live[a] = 0;
+  over[a] = 0;
+  waiting[a] = 0;
+  answer[a] = 0;
+  answer_tok[a] = 0;
+  done_at_grant[a] = 0;
+#ifdef SEND_RELEASES
+  rel[a] = 1
+#else
+  skip
+#endif
+}
+
+/* lease_acquire.sql, the ON CONFLICT resolution: INSERT the VALUES row (the key's first
+ * grant), or UPDATE an expired row with token = nextval('fencelock_tokens') drawn after the
+ * row lock, or nothing when the row is unexpired (RETURNING no token: "held"). */
+inline resolve(a) {
+  stmt[a] = 0;
+  if
+  :: !row || !row_live ->
+     if
+     :: !row -> t = stmt_v[a]; row = 1
+     :: else -> seq++; t = seq
+     fi;
+     row_att = a;
+     row_live = 1;
+     if
+     :: waiting[a] -> answer[a] = 1; answer_tok[a] = t; done_at_grant[a] = max_done
+     :: else -> skip /* nobody waits: a grant that nobody holds, which may expire at once */
+     fi
+  :: else ->
+     if
+     :: waiting[a] -> answer[a] = 2
+     :: else -> skip
+     fi
+  fi;
+  stmt_v[a] = 0;
+  t = 0
+}
+
+/* lease_release.sql: UPDATE .. SET expires_at = 'epoch', owner = '' WHERE name AND owner.
+ * DELETE_ON_RELEASE: DELETE .. WHERE name AND owner. */
+inline release_stmt(a) {
+  rel[a] = 0;
+  if
+  :: row && row_att != 0 && VAL(row_att) == VAL(a) ->
+#ifdef DELETE_ON_RELEASE
+     row = 0;
+#endif
+     /* (a holder whose row this frees still holds it, as far as it knows) */
+     row_att = 0;
+     row_live = 0
+  :: else -> skip
+  fi
+}
+
+#define RUN(A) \
+  :: atomic { stmt[A] == 1 -> seq++; stmt_v[A] = seq; stmt[A] = 2 } \
+  :: atomic { stmt[A] == 2 -> resolve(A) } \
+  :: atomic { rel[A] -> release_stmt(A) }
+
+proctype Server() {
+  byte t;
+end:
+  do
+  RUN(1)
+  RUN(2)
+#if NATT >= 3
+  RUN(3)
+#endif
+#if NATT >= 4
+  RUN(4)
+#endif
+#if NATT >= 5
+  RUN(5)
+#endif
+  /* expires_at passes (the expiry rule: the validity of the grant it holds has ended) */
+  :: atomic {
+       row_live ->
+       if
+       :: row_att != 0 && live[row_att] -> over[row_att] = 1
+       :: else -> skip
+       fi;
+       row_live = 0;
+       row_att = 0
+     }
+#ifdef ASYNC_COMMIT
+  /* The WAL writer flushes: everything committed so far is durable. */
+  :: atomic {
+       d_row != row || d_row_att != row_att || d_row_live != row_live || d_seq != seq ->
+       d_row = row; d_row_att = row_att; d_row_live = row_live; d_seq = seq
+     }
+  /* An immediate shutdown (a crash) and restart: the unflushed commits are gone, and so is
+   * every connection with its statements. The clients' validities run on their own clocks. */
+  :: atomic {
+       !crashed ->
+       crashed = 1;
+       row = d_row; row_att = d_row_att; row_live = d_row_live; seq = d_seq;
+       t = 1;
+       do
+       :: t <= NATT -> stmt[t] = 0; stmt_v[t] = 0; rel[t] = 0; t++
+       :: else -> break
+       od;
+       t = 0
+     }
+#endif
+  od
+}
+
+proctype Client(byte c) {
+  byte k = 0; /* acquisitions made */
+  byte a;     /* this acquisition */
+  byte tries;
+  byte token;
+  byte i;
+
+end:
+  do
+  :: k < ATTEMPTS(c) ->
+     a = FIRST(c) + k;
+     k++;
+     tries = 0;
+     live[a] = 1;
+     do
+     :: /* LeaseBackend::try_acquire: run(lease_acquire.sql) under io_timeout; the validity
+         * runs from `sent` */
+        atomic { tries++; waiting[a] = 1; stmt[a] = 1 }
+        /* The answer, or a timeout at a moment of the model's choosing (an answer that came
+         * may be missed: the deadline passed first). */
+        atomic {
+          waiting[a] = 0;
+          if
+          :: answer[a] == 1 ->
+             token = answer_tok[a];
+             if
+             :: !over[a] -> skip
+             :: true -> over[a] = 1 /* `Clock::now() >= validity`: release, DeadlineExceeded */
+             fi;
+             if
+             :: !over[a] ->
+                /* ORDER: above every grant completed before the server granted this one */
+                assert(token > done_at_grant[a]);
+                assert((tokens_granted & (1 << token)) == 0);
+                tokens_granted = tokens_granted | (1 << token);
+                /* MUTEX: no other client holds a grant whose validity has not ended */
+                i = 0;
+                do
+                :: i < CLIENTS ->
+                   assert(i == c || holding[i] == 0 || over[holding[i]]);
+                   i++
+                :: else -> break
+                od;
+                i = 0;
+                holding[c] = a;
+                if
+                :: token > max_done -> max_done = token
+                :: else -> skip
+                fi;
+                answer[a] = 0;
+                answer_tok[a] = 0;
+                done_at_grant[a] = 0
+             :: else -> retire(a)
+             fi;
+             token = 0;
+             break
+          :: answer[a] == 2 && tries < TRIES ->
+             answer[a] = 0 /* held: wait for a release or the holder's remaining time */
+          :: answer[a] == 2 ->
+             retire(a); /* the wait ran out: give_up() releases by owner id */
+             break
+          :: true ->
+             /* no answer in time (ambiguous): release by owner id, fail */
+             retire(a);
+             break
+          fi
+        }
+     od;
+     if
+     :: holding[c] == a ->
+        if
+        :: atomic {
+             /* Lease::release -> LeaseBackend::release: lease_release.sql. The holder stops
+              * first (mark_lost), the statement runs at any later moment. */
+             holding[c] = 0;
+             retire(a)
+           }
+        :: break /* keeps the grant and never releases it (or crashes): the row expires */
+        fi
+     :: else -> skip
+     fi
+  :: else -> break
+  od
+}
+
+init {
+  atomic {
+    run Server();
+    run Client(0);
+    run Client(1)
+  }
+}
