@@ -53,8 +53,10 @@ struct Session {
 };
 
 // Held::revision of an own key that an ambiguous create (no answer) may have written: its
-// revision is unknown, so it is deleted without a compare, which is safe only while its
-// (session, lock) slot stays taken (no later acquisition of ours can own that key meanwhile).
+// revision is unknown, so delete_own_key() reads the key and compare-deletes the revision it
+// found. Its (session, lock) slot stays taken until that delete succeeded, so no later
+// acquisition of ours owns that key meanwhile; a delete without a compare would remove a later
+// grant's key if it arrived late (models/etcd.pml, variant UNCOMPARED_DELETE).
 constexpr std::int64_t kUnknownRevision = -1;
 
 // An acquisition in progress or a grant: the own key and its create revision (0: not created).
@@ -528,26 +530,27 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   // Compare create revision and delete: never removes a later grant's key. An own key of
-  // unknown revision is deleted as it is (its slot is taken: see kUnknownRevision).
+  // unknown revision is read first and compare-deleted with the revision found (none: done).
   Status delete_own_key(const Held& held, Clock::time_point deadline) {
     if (held.revision == 0) return Status::Ok();
-    grpc::Status status;
-    if (held.revision == kUnknownRevision) {
-      pb::DeleteRangeRequest request;
-      request.set_key(held.key);
-      pb::DeleteRangeResponse response;
-      status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
-        return s.kv->DeleteRange(&c, request, &response);
-      });
-    } else {
-      pb::TxnRequest request;
-      compare_create_revision(request, held.key, held.revision);
-      request.add_success()->mutable_request_delete_range()->set_key(held.key);
-      pb::TxnResponse response;
-      status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
-        return s.kv->Txn(&c, request, &response);
-      });
+    std::int64_t revision = held.revision;
+    if (revision == kUnknownRevision) {
+      pb::RangeRequest own;
+      own.set_key(held.key);
+      pb::RangeResponse mine;
+      grpc::Status read = conn_->call(
+          deadline, [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Range(&c, own, &mine); });
+      if (!read.ok()) return to_status(read, "release");
+      if (mine.kvs_size() == 0) return Status::Ok();  // the ambiguous create was not applied
+      revision = mine.kvs(0).create_revision();
     }
+    pb::TxnRequest request;
+    compare_create_revision(request, held.key, revision);
+    request.add_success()->mutable_request_delete_range()->set_key(held.key);
+    pb::TxnResponse response;
+    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+      return s.kv->Txn(&c, request, &response);
+    });
     return to_status(status, "release");
   }
 
@@ -564,7 +567,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   }
 
   // Retries the deletes that failed on `session` (undeleted_). True when none is left. The keys of
-  // a session that etcd reported gone (or that we revoked) went with its lease.
+  // a session that etcd reported gone (or that we revoked) went with its lease. One settle() per
+  // session at a time (settling_): a second one returns false (still pending), since one that
+  // copied an entry before another settled it would free a slot a later acquisition took, and
+  // delete that acquisition's key (models/etcd.pml, variant CONCURRENT_SETTLE).
   bool settle(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
     std::vector<Held> pending;
     {
@@ -577,16 +583,26 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         drop_undeleted_locked(session->id);
         return true;
       }
+      if (settling_.contains(session->id)) return false;
+      settling_.insert(session->id);
     }
+    bool settled = true;
     for (const Held& held : pending) {
-      if (!delete_own_key(held, deadline).ok()) return false;
+      if (!delete_own_key(held, deadline).ok()) {
+        settled = false;
+        break;
+      }
       MutexLock lock(mu_);
       const auto slot = std::make_pair(held.session->id, held.name);
-      undeleted_.erase(slot);
+      auto it = undeleted_.find(slot);
+      if (it == undeleted_.end() || it->second.revision != held.revision) continue;
+      undeleted_.erase(it);
       slots_.erase(slot);
       slot_cv_.notify_all();
     }
-    return true;
+    MutexLock lock(mu_);
+    settling_.erase(session->id);
+    return settled;
   }
 
   // Forgets the undeleted keys of lease `lease` (gone or revoked: they went with it).
@@ -897,6 +913,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // keep-alive goes out for their session until settle() deleted them, so each is gone within
   // its TTL of the failed delete even if it never succeeds.
   std::map<std::pair<std::int64_t, std::string>, Held> undeleted_ FENCELOCK_GUARDED_BY(mu_);
+  std::set<std::int64_t> settling_ FENCELOCK_GUARDED_BY(mu_);  // leases a settle() runs for
 };
 
 }  // namespace
