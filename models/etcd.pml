@@ -66,13 +66,15 @@
  *    when its own key is gone and a later key holds the lock.
  *  - NO_SLOT: two acquisitions of one Client and TTL run at once on the session's one own key:
  *    the second finds the first's key as a leftover and deletes it.
- *  - UNCOMPARED_DELETE: an own key of unknown revision is deleted without a compare, and
- *    settles of one session may run at once (the code before this model; the model found it):
- *    a settle that copied the entry before another settled it removes the key of a later
- *    grant on the same session, and the next waiter is granted beside that holder.
- *  - CONCURRENT_SETTLE: the read and compare-delete, but settles of one session may run at
- *    once: one that copied the slot's entry before another settled it reads the key of a
+ *  - UNCOMPARED_DELETE: an own key of unknown revision is deleted without a compare (one
+ *    settle at a time kept): a delete that reaches etcd late, after a retry succeeded and a
+ *    later acquisition on the same session was granted, removes that grant's key (caught with
+ *    LATE_REQUESTS; with session deaths alone it passes).
+ *  - CONCURRENT_SETTLE: the read and compare-delete kept, but settles of one session may run
+ *    at once: one that copied the slot's entry before another settled it reads the key of a
  *    later grant on that slot and compare-deletes it with the revision it just read.
+ *  - Both at once are the code before this model (it found them): the next waiter is granted
+ *    beside the holder whose key went, until that holder's next renewal round.
  *
  * Bound: every run is finite apart from retried settles (a cycle through the same states) and
  * environment steps (bounded by DEATHS, ADMIN, STRAYS), so the search is exhaustive within
@@ -117,14 +119,10 @@
 #ifndef MAXR
 #define MAXR 1
 #endif
-#ifdef UNCOMPARED_DELETE
-#define SETTLE_GUARD 0
-#else
 #ifdef CONCURRENT_SETTLE
 #define SETTLE_GUARD 0
 #else
 #define SETTLE_GUARD 1
-#endif
 #endif
 
 #define THREADS 3

@@ -6,8 +6,9 @@
 #                                every test but the long torture sessions (TortureCli.*);
 #                                leak suppressions in tests/lsan.supp
 #   scripts/test.sh --tsan       build-tsan/ (clang: ThreadSanitizer and -Wthread-safety -Werror over
-#                                every target), then the unit tests and the conformance suite on
-#                                every backend under TSan; suppressions in tests/tsan.supp
+#                                every target), then the unit tests, the conformance suite on
+#                                every backend and etcd's own-key tests under TSan; suppressions in
+#                                tests/tsan.supp
 #
 # Tests start their own redis-server processes (tests/support); no scripts/servers.sh needed.
 # FENCELOCK_JOBS sets the build and test parallelism (default 2). Exits non-zero on any failure.
@@ -40,7 +41,7 @@ case ${1:-} in
   --tsan)
     build_args=(--tsan)
     build_dir=build-tsan
-    ctest_args=(-L 'unit|contract')
+    ctest_args=(-L 'unit|contract|-tsan')
     # exitcode=66 (TSan's default) fails the test; second_deadlock_stack for lock-order reports.
     export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
     ;;

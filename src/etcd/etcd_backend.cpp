@@ -55,8 +55,9 @@ struct Session {
 // Held::revision of an own key that an ambiguous create (no answer) may have written: its
 // revision is unknown, so delete_own_key() reads the key and compare-deletes the revision it
 // found. Its (session, lock) slot stays taken until that delete succeeded, so no later
-// acquisition of ours owns that key meanwhile; a delete without a compare would remove a later
-// grant's key if it arrived late (models/etcd.pml, variant UNCOMPARED_DELETE).
+// acquisition of ours owns that key meanwhile; but a delete without a compare that reached etcd
+// late (stuck in a member's queue past its deadline) would remove a later grant's key
+// (models/etcd.pml, variant UNCOMPARED_DELETE).
 constexpr std::int64_t kUnknownRevision = -1;
 
 // An acquisition in progress or a grant: the own key and its create revision (0: not created).
@@ -569,8 +570,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // Retries the deletes that failed on `session` (undeleted_). True when none is left. The keys of
   // a session that etcd reported gone (or that we revoked) went with its lease. One settle() per
   // session at a time (settling_): a second one returns false (still pending), since one that
-  // copied an entry before another settled it would free a slot a later acquisition took, and
-  // delete that acquisition's key (models/etcd.pml, variant CONCURRENT_SETTLE).
+  // copied an entry before another settled it would read the key of a later grant on that slot
+  // and delete it (models/etcd.pml, variant CONCURRENT_SETTLE).
   bool settle(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
     std::vector<Held> pending;
     {
@@ -594,9 +595,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       }
       MutexLock lock(mu_);
       const auto slot = std::make_pair(held.session->id, held.name);
-      auto it = undeleted_.find(slot);
-      if (it == undeleted_.end() || it->second.revision != held.revision) continue;
-      undeleted_.erase(it);
+      if (undeleted_.erase(slot) == 0) continue;  // dropped with its session meanwhile
       slots_.erase(slot);
       slot_cv_.notify_all();
     }
