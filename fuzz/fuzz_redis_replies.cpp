@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/token_text.h"
 #include "fuzz_check.h"
 #include "redis/connection.h"
 #include "redis/script_replies.h"
@@ -21,12 +22,18 @@ namespace {
 void check_acquire(const redisReply& reply) {
   const auto answer = interpret_acquire_reply(reply);
   if (!answer) return;
-  FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY && reply.elements == 2);
+  FUZZ_CHECK(reply.type == REDIS_REPLY_ARRAY);
   FUZZ_CHECK(reply.element[0]->type == REDIS_REPLY_INTEGER);
-  FUZZ_CHECK(reply.element[1]->type == REDIS_REPLY_INTEGER);
   if (answer->granted) {
+    FUZZ_CHECK(reply.elements == 3 && reply.element[0]->integer == 1);
+    FUZZ_CHECK(reply.element[1]->type == REDIS_REPLY_STRING);
     FUZZ_CHECK(answer->counter >= 1);
-    FUZZ_CHECK(answer->counter == static_cast<std::uint64_t>(reply.element[1]->integer));
+    FUZZ_CHECK(parse_canonical_token(std::string_view(reply.element[1]->str,
+                                                      reply.element[1]->len)) == answer->counter);
+    FUZZ_CHECK(reply.element[2]->type == REDIS_REPLY_INTEGER && answer->ahead_ms >= 0);
+  } else {
+    FUZZ_CHECK(reply.elements == 2 && reply.element[0]->integer == 0);
+    FUZZ_CHECK(reply.element[1]->type == REDIS_REPLY_INTEGER);
   }
 }
 

@@ -90,6 +90,13 @@ static Status validate(const ClientOptions& options) {
                                 detail::format_duration(kMaxDuration), value.count()));
     }
   }
+  // One check for every backend: a negative factor would push valid_until() past the TTL, and
+  // 0.5 or more would leave almost nothing of it (NaN fails both comparisons).
+  if (!(options.drift_factor >= 0 && options.drift_factor < 0.5)) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("ClientOptions::drift_factor must lie in [0, 0.5), got {}",
+                              options.drift_factor));
+  }
   return Status::Ok();
 }
 

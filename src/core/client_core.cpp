@@ -97,10 +97,14 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   const OwnerId owner = OwnerId::random();
   const std::string& metadata =
       options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
+  const std::uint64_t granted_before = tokens_.largest(key.str());
   auto grant =
       backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
                                     options.stop, options_.io_timeout, options.shared, campaign});
   if (!grant.ok()) return grant.status();
+  if (grant->token.value() <= granted_before)
+    return refuse_backwards(key, owner, *grant, granted_before);
+  tokens_.record(key.str(), grant->token.value());
   contended = contended || grant->contended;
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
   lease->set_valid_until(grant->valid_until);
@@ -114,6 +118,22 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                               }));
   }
   return lease;
+}
+
+Status ClientCore::refuse_backwards(const LockKey& key, const OwnerId& owner, const Grant& grant,
+                                    std::uint64_t granted_before) {
+  const Status released = backend_->release_grant(
+      key, owner, grant.backend_key, deadline_after(Clock::now(), options_.release_timeout));
+  std::string message = fmt::format(
+      "the backend granted '{}' with fencing token {}, not above token {} that this Client was "
+      "granted before: the server lost its tokens (a restart without its data while its clock "
+      "stepped back, a failover to a replica that missed the newest ones); the grant was {} and "
+      "is refused, because a fence would take the older holder's writes for newer "
+      "(docs/PROTOCOLS.md, \"Tokens after data loss\")",
+      key.str(), grant.token.value(), granted_before,
+      released.ok() ? "released" : "left to expire (" + released.message() + ")");
+  detail::log(LogLevel::kWarning, "{}", message);
+  return Status(Code::kUnavailable, std::move(message));
 }
 
 Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {

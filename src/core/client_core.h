@@ -10,6 +10,7 @@
 #include "core/local_queue.h"
 #include "core/metrics.h"
 #include "core/renewer.h"
+#include "core/token_history.h"
 #include "fencelock/client.h"
 #include "fencelock/options.h"
 
@@ -44,6 +45,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                       const AcquireOptions& options,
                                                       Clock::time_point deadline, bool campaign,
                                                       bool& contended);
+  // A grant whose token is not above `granted_before` (TokenHistory): released, and refused
+  // with kUnavailable.
+  Status refuse_backwards(const LockKey& key, const OwnerId& owner, const Grant& grant,
+                          std::uint64_t granted_before);
 
   // Declaration order is destruction order reversed: the renewer stops before the backend and
   // the metrics it records into go.
@@ -51,6 +56,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   const ClientOptions options_;
   const std::string default_metadata_;
   Metrics metrics_;
+  TokenHistory tokens_;  // the largest token granted per key, for refuse_backwards()
   LocalQueue queue_;
   Renewer renewer_;
 };

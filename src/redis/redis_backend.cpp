@@ -45,10 +45,17 @@ Status script_error(InstanceCall& call, const redisReply* r) {
   return status_from_error_reply(text, call.instance->address());
 }
 
+// A counter this far ahead of its server's clock is worth a warning (docs/PROTOCOLS.md, "Tokens
+// after data loss"): the clocks disagree by more than the restart delay must cover, or one stepped
+// back. Said at most once a minute per instance.
+constexpr milliseconds kCounterAheadWarning{1000};
+constexpr Clock::duration kCounterAheadWarningEvery = std::chrono::minutes(1);
+
 // Per-instance outcome of round 1.
 struct Round1 {
   std::vector<int> granted;             // instance indices
   std::vector<std::uint64_t> counters;  // their counters
+  std::vector<long long> ahead_ms;      // how far each counter ran ahead of its server's clock
   std::vector<long long> held_pttl;     // PTTL of the holder, per instance that refused
   std::vector<Status> errors;           // per instance that did not answer properly
 };
@@ -62,6 +69,7 @@ class RedlockBackend final : public Backend {
         description_(std::move(description)),
         hub_(specs, wake_channel(OwnerId::random().hex()), options.connect_timeout) {
     for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
+    ahead_warned_.assign(specs.size(), Clock::time_point::min());
   }
 
   std::vector<std::unique_ptr<Instance>>& instances() { return instances_; }
@@ -96,6 +104,7 @@ class RedlockBackend final : public Backend {
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline, majority_then_grace(req.ttl));
     Round1 r1 = tally_round1(calls);
+    warn_counters_ahead(req.key, r1);
 
     Status failure;
     if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
@@ -313,11 +322,39 @@ class RedlockBackend final : public Backend {
       if (answer->granted) {
         r.granted.push_back(static_cast<int>(i));
         r.counters.push_back(answer->counter);
+        r.ahead_ms.push_back(answer->ahead_ms);
       } else {
         r.held_pttl.push_back(answer->retry_ms);
       }
     }
     return r;
+  }
+
+  // A counter far ahead of its server's clock: the assumption behind tokens after a data loss
+  // (the clocks of the instances agree, and none steps back) is in doubt. Warned, not refused:
+  // the tokens are still monotonic while no instance loses its data.
+  void warn_counters_ahead(const LockKey& key, const Round1& r1) {
+    for (std::size_t i = 0; i < r1.granted.size(); ++i) {
+      if (r1.ahead_ms[i] < kCounterAheadWarning.count()) continue;
+      const auto index = static_cast<std::size_t>(r1.granted[i]);
+      const Clock::time_point now = Clock::now();
+      {
+        MutexLock lock(ahead_mu_);
+        if (ahead_warned_[index] != Clock::time_point::min() &&
+            now - ahead_warned_[index] < kCounterAheadWarningEvery) {
+          continue;
+        }
+        ahead_warned_[index] = now;
+      }
+      detail::log(
+          LogLevel::kWarning,
+          "{}: the fencing counter of '{}' is {} ms ahead of this server's clock: its clock "
+          "stepped back, or another instance's clock runs ahead (round 2 copies the "
+          "largest counter). Tokens stay monotonic after this instance loses its data "
+          "only if it stays down that much longer than the longest TTL; set the servers' "
+          "clocks right (NTP)",
+          instances_[index]->address(), key.str(), r1.ahead_ms[i]);
+    }
   }
 
   // Round 2: raise the counter to the chosen token on the granting instances whose counter is
@@ -487,6 +524,9 @@ class RedlockBackend final : public Backend {
   const std::string description_;
   std::vector<std::unique_ptr<Instance>> instances_;
   ReleaseHub hub_;
+  Mutex ahead_mu_;
+  // Per instance: when warn_counters_ahead() last warned (min: never).
+  std::vector<Clock::time_point> ahead_warned_ FENCELOCK_GUARDED_BY(ahead_mu_);
 };
 
 }  // namespace
@@ -546,9 +586,6 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
                                 kMaxRenewBatch, value));
     }
     renew_batch = parsed;
-  }
-  if (options.drift_factor < 0 || options.drift_factor >= 0.5) {
-    return Status(Code::kInvalidArgument, "drift_factor must be in [0, 0.5)");
   }
 
   // Accepted, but said once: fewer than 3 instances tolerate no failure, and an even number no

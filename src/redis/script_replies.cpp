@@ -29,17 +29,24 @@ std::string_view reply_text(const redisReply* reply) {
 }
 
 std::optional<AcquireReply> interpret_acquire_reply(const redisReply& reply) {
-  if (!is_array_of(reply, 2) || !is_integer(reply.element[0]) || !is_integer(reply.element[1])) {
+  if (reply.type != REDIS_REPLY_ARRAY || reply.element == nullptr || reply.elements < 2 ||
+      !is_integer(reply.element[0])) {
     return std::nullopt;
   }
   const long long flag = reply.element[0]->integer;
-  const long long value = reply.element[1]->integer;
   if (flag == 1) {
-    if (value < 1) return std::nullopt;
-    return AcquireReply{.granted = true, .counter = static_cast<std::uint64_t>(value)};
+    if (!is_array_of(reply, 3) || reply.element[1] == nullptr ||
+        reply.element[1]->type != REDIS_REPLY_STRING || !is_integer(reply.element[2]) ||
+        reply.element[2]->integer < 0) {
+      return std::nullopt;
+    }
+    const auto counter = parse_canonical_token(reply_text(reply.element[1]));
+    if (!counter || *counter == 0) return std::nullopt;
+    return AcquireReply{
+        .granted = true, .counter = *counter, .ahead_ms = reply.element[2]->integer};
   }
-  if (flag != 0) return std::nullopt;
-  return AcquireReply{.granted = false, .retry_ms = value};
+  if (flag != 0 || !is_array_of(reply, 2) || !is_integer(reply.element[1])) return std::nullopt;
+  return AcquireReply{.granted = false, .retry_ms = reply.element[1]->integer};
 }
 
 std::vector<RenewVote> interpret_renew_reply(const redisReply& reply, std::size_t leases) {

@@ -18,14 +18,16 @@
 
 namespace fencelock::detail::redis {
 
-// acquire.lua: {1, counter} when granted, {0, retry_ms} when not.
+// acquire.lua: {1, counter, ahead_ms} when granted, {0, retry_ms} when not.
 struct AcquireReply {
   bool granted = false;
-  std::uint64_t counter = 0;  // when granted: >= 1 (INCR starts at 1)
+  std::uint64_t counter = 0;  // when granted: >= 1 (seeded from the server's clock)
+  long long ahead_ms = 0;     // when granted: how far the counter ran ahead of the server's clock
   long long retry_ms = 0;     // when not: the holder's PTTL (-1 no TTL, -2 just gone) or more
 };
-// nullopt unless `reply` is an array of two integers, the first 0 or 1, and a granted counter is
-// >= 1 (a counter of 0 or below would become a fencing token of 0 or a wrapped one).
+// nullopt unless `reply` is {1, counter, ahead_ms} with the counter a canonical decimal token
+// >= 1 as text (a counter of 0 would become a fencing token of 0) and ahead_ms an integer >= 0,
+// or {0, retry_ms} with an integer.
 std::optional<AcquireReply> interpret_acquire_reply(const redisReply& reply);
 
 // renew.lua, one batch: one integer per lease, 1 extended, 0 no longer ours.

@@ -378,15 +378,19 @@ TEST_F(RedlockFaults, ARestartedInstanceRejoinsTheQuorum) {
 // majority that includes 0 takes its counter, and round 2 raises the counters of the others, so
 // a later grant through a majority without instance 0 still gets a larger token.
 TEST_F(RedlockFaults, Round2RaisesTheMajorityCountersSoTokensSurviveAChangeOfMajority) {
-  (*cluster_)[0].command({"SET", fence_key("r2"), "100"});
+  // Instance 0's counter runs a minute ahead of the clock floor the others draw from
+  // (counter.lua), so its counter is the largest and the others lag.
+  const std::uint64_t ahead = clock_floor((*cluster_)[0], 60s);
+  (*cluster_)[0].command({"SET", fence_key("r2"), std::to_string(ahead)});
   Client client = connect_or_throw(cluster_->redlock_uri());
   auto first = client.acquire(key("r2"), {.ttl = 10s});
   ASSERT_TRUE(first.ok()) << first.status().to_string();
-  EXPECT_EQ(first->token().value(), 101u);
+  EXPECT_EQ(first->token().value(), ahead + 1);
   // Round 2 raised a majority to the token: instance 0 and at least one of the others (the last
   // one may be cut after the grace once a majority confirmed).
-  const int raised = ((*cluster_)[1].command({"GET", fence_key("r2")}) == "101" ? 1 : 0) +
-                     ((*cluster_)[2].command({"GET", fence_key("r2")}) == "101" ? 1 : 0);
+  const std::string token = std::to_string(ahead + 1);
+  const int raised = ((*cluster_)[1].command({"GET", fence_key("r2")}) == token ? 1 : 0) +
+                     ((*cluster_)[2].command({"GET", fence_key("r2")}) == token ? 1 : 0);
   EXPECT_GE(raised, 1);
   ASSERT_TRUE(first->release().ok());
   (*cluster_)[0].kill();

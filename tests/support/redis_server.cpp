@@ -342,4 +342,13 @@ std::string RedisCluster::redlock_uri_with_credentials() const {
          uri.substr(std::string_view("redlock://").size());
 }
 
+std::uint64_t clock_floor(RedisServer& server, std::chrono::milliseconds ahead) {
+  // TIME renders as "SECONDS\nMICROSECONDS".
+  const std::string time = server.command({"TIME"});
+  const auto newline = time.find('\n');
+  const std::uint64_t ms =
+      std::stoull(time.substr(0, newline)) * 1000 + std::stoull(time.substr(newline + 1)) / 1000;
+  return (ms + static_cast<std::uint64_t>(ahead.count())) << 20;
+}
+
 }  // namespace fencelock::testing

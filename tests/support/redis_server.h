@@ -29,6 +29,7 @@
 // each other or with destruction.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -112,6 +113,11 @@ class RedisServer {
   std::uint16_t port_ = 0;
   std::optional<ChildProcess> process_;  // empty before the first launch
 };
+
+// The fencing counter floor of src/redis/scripts/counter.lua at `server`'s clock plus `ahead`:
+// (server ms + ahead) * 2^20, from its TIME. A counter set to it runs `ahead` before the clock.
+std::uint64_t clock_floor(RedisServer& server,
+                          std::chrono::milliseconds ahead = std::chrono::milliseconds(0));
 
 // N independent redis-server instances (no replication between them), as Redlock expects.
 class RedisCluster {

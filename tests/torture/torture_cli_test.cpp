@@ -312,16 +312,25 @@ TEST(TortureCli, ALockKeyDeletedUnderTheHoldersIsAMutualExclusionViolation) {
   EXPECT_GT(r.value("exclusion_violations", 0), 0) << r.dump();
 }
 
-// The fence counter deleted mid-run: grant tokens start again from 1. The old checker only
-// counted the grants (tokens 1013, 1, 2, ... and SAFE).
+// The fence counter pushed a minute ahead of the server's clock, then deleted mid-run (a clock
+// that stepped back, then a data loss): grant tokens fall back to the clock floor. The old checker
+// only counted the grants (tokens 1013, 1, 2, ... and SAFE).
 TEST(TortureCli, AFenceCounterDeletedMidRunIsATokenRegression) {
   auto server = RedisServer::start();
   std::jthread deleter([&](std::stop_token stop) {
-    // Once a few grants have happened, once.
+    const std::string counter_key = "fencelock:{torture}:fence";
+    std::uint64_t first = 0;  // the first counter seen
+    std::uint64_t ahead = 0;  // the counter set ahead of the clock
     while (!stop.stop_requested()) {
-      const std::string counter = server->command({"GET", "fencelock:{torture}:fence"});
-      if (counter != "(nil)" && std::stoll(counter) >= 8) {
-        server->command({"DEL", "fencelock:{torture}:fence"});
+      const std::string text = server->command({"GET", counter_key});
+      const std::uint64_t counter = text == "(nil)" ? 0 : std::stoull(text);
+      if (first == 0) {
+        first = counter;
+      } else if (ahead == 0 && counter > first) {  // grants at the clock floor came first
+        ahead = clock_floor(*server, 60s);
+        server->command({"SET", counter_key, std::to_string(ahead)});
+      } else if (ahead != 0 && counter > ahead) {  // one grant above it: its worker alone saw it
+        server->command({"DEL", counter_key});
         return;
       }
       std::this_thread::sleep_for(10ms);

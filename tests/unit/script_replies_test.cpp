@@ -32,11 +32,19 @@ OwnedReply read_reply(std::string_view resp) {
   return OwnedReply(static_cast<redisReply*>(reply));
 }
 
-TEST(AcquireReply, AGrantIsOneAndTheCounter) {
-  auto answer = interpret_acquire_reply(*read_reply("*2\r\n:1\r\n:42\r\n"));
+TEST(AcquireReply, AGrantIsOneTheCounterAsTextAndHowFarItRanAheadOfTheClock) {
+  auto answer =
+      interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$19\r\n1883555027150176256\r\n:0\r\n"));
   ASSERT_TRUE(answer.has_value());
   EXPECT_TRUE(answer->granted);
-  EXPECT_EQ(answer->counter, 42u);
+  EXPECT_EQ(answer->counter, 1883555027150176256u);
+  EXPECT_EQ(answer->ahead_ms, 0);
+  // The whole uint64 range, exactly (a Lua number would round it).
+  auto top =
+      interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$20\r\n18446744073709551615\r\n:1500\r\n"));
+  ASSERT_TRUE(top.has_value());
+  EXPECT_EQ(top->counter, 18446744073709551615u);
+  EXPECT_EQ(top->ahead_ms, 1500);
 }
 
 TEST(AcquireReply, ARefusalIsZeroAndTheRetryTime) {
@@ -50,18 +58,29 @@ TEST(AcquireReply, ARefusalIsZeroAndTheRetryTime) {
 }
 
 // Before: the elements' types were not checked, so a string counter read as 0 and became a
-// fencing token of 0, and a negative one wrapped to a huge token.
-TEST(AcquireReply, AGrantWithoutACounterOfOneOrMoreIsNoAnswer) {
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:1\r\n$2\r\n42\r\n")));
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:1\r\n:0\r\n")));
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:1\r\n:-5\r\n")));
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n$1\r\n1\r\n:7\r\n")));
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:1\r\n*0\r\n")));
+// fencing token of 0, and a negative one wrapped to a huge token. Now the counter is text (Lua
+// numbers are doubles: an integer reply would be rounded above 2^53) and must be a canonical
+// token of at least 1.
+TEST(AcquireReply, AGrantWithoutACanonicalCounterOfOneOrMoreIsNoAnswer) {
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n:42\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$1\r\n0\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$2\r\n-5\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$3\r\n042\r\n:0\r\n")));
+  EXPECT_FALSE(
+      interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$20\r\n18446744073709551616\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$2\r\n42\r\n:-1\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n$2\r\n42\r\n$1\r\n0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n$1\r\n1\r\n$1\r\n7\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n*0\r\n:0\r\n")));
+  // The shape of the script before clock-seeded counters: {1, integer}.
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:1\r\n:42\r\n")));
 }
 
 TEST(AcquireReply, EveryOtherShapeIsNoAnswer) {
   EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:2\r\n:7\r\n")));
-  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:1\r\n:7\r\n:7\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*3\r\n:0\r\n:7\r\n:7\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*4\r\n:1\r\n$1\r\n7\r\n:0\r\n:0\r\n")));
+  EXPECT_FALSE(interpret_acquire_reply(*read_reply("*2\r\n:0\r\n$1\r\n7\r\n")));
   EXPECT_FALSE(interpret_acquire_reply(*read_reply("*0\r\n")));
   EXPECT_FALSE(interpret_acquire_reply(*read_reply("*-1\r\n")));
   EXPECT_FALSE(interpret_acquire_reply(*read_reply(":1\r\n")));

@@ -9,9 +9,12 @@
 -- ARGV[6] the waiter Client's wake channel,
 -- ARGV[7] the lock value: fresh for every attempt (the owner id names the waiter, not the grant),
 --         so that a late release or renewal of an earlier attempt can never touch this grant
--- Returns {1, counter} when granted (the counter only grows), {0, retry_ms} when not: the
--- holder's PTTL, or, when the lock is free but reserved for an earlier waiter, how long that
--- waiter's place lasts.
+-- Returns {1, counter, ahead_ms} when granted: the counter as canonical decimal text (it only
+-- grows; seeded from this server's clock, counter.lua) and how far the stored counter was ahead
+-- of this server's clock; {0, retry_ms} when not: the holder's PTTL, or, when the lock is free but
+-- reserved for an earlier waiter, how long that waiter's place lasts.
+--@include tokens.lua
+--@include counter.lua
 local owner = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -21,6 +24,8 @@ for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
   redis.call('ZREM', KEYS[5], stale)
   redis.call('HDEL', KEYS[6], stale)
 end
+-- Checked before the lock is written: an error after the SET would leave it held by nobody.
+local stored, floor = fencelock_counter_start(KEYS[2], now)
 local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
 if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[2]) then
   if head ~= nil then
@@ -28,9 +33,9 @@ if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 
     redis.call('ZREM', KEYS[5], owner)
     redis.call('HDEL', KEYS[6], owner)
   end
-  local counter = redis.call('INCR', KEYS[2])
+  local counter, ahead = fencelock_counter_advance(KEYS[2], stored, floor, now)
   redis.call('SET', KEYS[3], counter .. ' ' .. ARGV[3], 'PX', ARGV[2])
-  return {1, counter}
+  return {1, counter, ahead}
 end
 local queue_ms = tonumber(ARGV[4])
 if queue_ms > 0 then
