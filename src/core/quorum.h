@@ -24,7 +24,7 @@ std::chrono::steady_clock::time_point validity_deadline(std::chrono::steady_cloc
                                                         double drift_factor);
 
 // Round-1 token choice: the maximum of the counters returned by the instances that granted.
-// nullopt when none granted. Counters are never 0 (INCR starts at 1).
+// nullopt when none granted. Counters are never 0 (script_replies.h refuses a counter of 0).
 std::optional<FencingToken> select_token(std::span<const std::uint64_t> granted_counters);
 
 // Whether a majority of n confirmed. Used for round 1 grants, round 2 and renewal.

@@ -1,6 +1,6 @@
 -- Round 2 of a Redlock acquisition: the max-register write-back (DESIGN.md 3.1).
 -- Raises this instance's counter to the token chosen over the majority, but only while this
--- attempt still holds the lock here; a later grant's INCR on this instance then exceeds the token.
+-- attempt still holds the lock here; a later grant's counter on this instance then exceeds the token.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] holder info
 -- ARGV[1] the attempt's lock value, ARGV[2] chosen token (canonical decimal)
 -- Returns 1 when confirmed, 0 when the lock is no longer ours here. A counter that is not a
