@@ -74,8 +74,20 @@ Status status_from_error_reply(std::string_view text, std::string_view where) {
     return Status(Code::kPermissionDenied,
                   fmt::format("{}: the user lacks a needed permission: {}", where, text));
   }
-  if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") || starts("TRYAGAIN")) {
+  if (starts("LOADING") || starts("BUSY") || starts("MASTERDOWN") || starts("TRYAGAIN") ||
+      starts("NOSCRIPT")) {
     return Status(Code::kUnavailable, fmt::format("{}: {}", where, text));
+  }
+  if (starts("READONLY")) {
+    return Status(
+        Code::kUnavailable,
+        fmt::format("{} is a read-only replica ({}); name the master in the URI", where, text));
+  }
+  if (starts("OOM")) {
+    return Status(Code::kUnavailable,
+                  fmt::format("{} is out of memory and refuses writes ({}); raise maxmemory or "
+                              "free memory",
+                              where, text));
   }
   return Status(Code::kInternal, fmt::format("{}: unexpected error reply: {}", where, text));
 }

@@ -27,14 +27,24 @@ namespace {
 constexpr std::size_t kDefaultRenewBatch = 1024;
 constexpr std::size_t kMaxRenewBatch = 1'000'000;
 
-std::string evalsha(std::string_view sha, std::vector<std::string> keys,
-                    std::vector<std::string> args) {
-  std::vector<std::string> argv = {"EVALSHA", std::string(sha), std::to_string(keys.size())};
-  argv.insert(argv.end(), std::make_move_iterator(keys.begin()),
-              std::make_move_iterator(keys.end()));
-  argv.insert(argv.end(), std::make_move_iterator(args.begin()),
-              std::make_move_iterator(args.end()));
+// EVALSHA (or EVAL with the script's text: `verb` "EVAL", `script` its body) of a script.
+std::string script_command(std::string_view verb, std::string_view script,
+                           const std::vector<std::string>& keys,
+                           const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {std::string(verb), std::string(script),
+                                   std::to_string(keys.size())};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
   return format_command(argv);
+}
+
+std::string evalsha(std::string_view sha, const std::vector<std::string>& keys,
+                    const std::vector<std::string>& args) {
+  return script_command("EVALSHA", sha, keys, args);
+}
+
+bool is_noscript(const redisReply* r) {
+  return r != nullptr && r->type == REDIS_REPLY_ERROR && reply_text(r).starts_with("NOSCRIPT");
 }
 
 // An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's
@@ -49,7 +59,8 @@ Status script_error(InstanceCall& call, const redisReply* r) {
 // after data loss"): the clocks disagree by more than the restart delay must cover, or one stepped
 // back. Said at most once a minute per instance.
 constexpr milliseconds kCounterAheadWarning{1000};
-constexpr Clock::duration kCounterAheadWarningEvery = std::chrono::minutes(1);
+// The same warning about the same instance is repeated at most once a minute.
+constexpr Clock::duration kWarningEvery = std::chrono::minutes(1);
 
 // Per-instance outcome of round 1.
 struct Round1 {
@@ -58,6 +69,8 @@ struct Round1 {
   std::vector<long long> ahead_ms;      // how far each counter ran ahead of its server's clock
   std::vector<long long> held_pttl;     // PTTL of the holder, per instance that refused
   std::vector<Status> errors;           // per instance that did not answer properly
+  // The instances (indices) that answered with an error reply, and what it said.
+  std::vector<std::pair<std::size_t, std::string>> error_replies;
 };
 
 class RedlockBackend final : public Backend {
@@ -69,7 +82,6 @@ class RedlockBackend final : public Backend {
         description_(std::move(description)),
         hub_(specs, wake_channel(OwnerId::random().hex()), options.connect_timeout) {
     for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
-    ahead_warned_.assign(specs.size(), Clock::time_point::min());
   }
 
   std::vector<std::unique_ptr<Instance>>& instances() { return instances_; }
@@ -95,16 +107,22 @@ class RedlockBackend final : public Backend {
     // the value names this attempt, so a late release of an earlier attempt cannot delete it.
     // The owner id comes first, so that inspect() still shows the owner's prefix.
     const std::string value = attempt_value(req.owner);
-    std::string cmd = evalsha(lua::acquire_sha1,
-                              {lock_key(k), fence_key(k), holder_key(k), queue_key(k),
-                               queue_expiry_key(k), queue_wake_key(k)},
-                              {owner, std::to_string(req.ttl.count()), req.metadata,
-                               std::to_string(req.queue_for.count()), std::to_string(req.ticket),
-                               hub_.wake_channel(), value});
+    const std::vector<std::string> keys = {lock_key(k),  fence_key(k),        holder_key(k),
+                                           queue_key(k), queue_expiry_key(k), queue_wake_key(k)};
+    const std::vector<std::string> args = {owner,
+                                           std::to_string(req.ttl.count()),
+                                           req.metadata,
+                                           std::to_string(req.queue_for.count()),
+                                           std::to_string(req.ticket),
+                                           hub_.wake_channel(),
+                                           value};
+    std::string cmd = evalsha(lua::acquire_sha1, keys, args);
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline, majority_then_grace(req.ttl));
+    std::string with_body;
+    resend_flushed(calls, with_body, lua::acquire, keys, args, io_deadline, req.ttl);
     Round1 r1 = tally_round1(calls);
-    warn_counters_ahead(req.key, r1);
+    warn_about_round1(req.key, r1);
 
     Status failure;
     if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
@@ -118,7 +136,7 @@ class RedlockBackend final : public Backend {
                                         "use a longer TTL")
                                : confirmed;
     } else {
-      failure = round1_failure(r1, calls);
+      failure = round1_failure(r1);
     }
     // Nothing may stay behind: release this attempt's value everywhere, including where the
     // outcome is unknown (timeouts); keep the place in the wait queue (the caller leaves it if
@@ -274,13 +292,14 @@ class RedlockBackend final : public Backend {
 
   Result<std::vector<HolderRow>> list(std::string_view prefix) override {
     std::set<std::string> names;
-    int answered = 0;
+    std::vector<Status> failures;
     for (auto& instance : instances_) {
-      if (scan_instance(*instance, prefix, names)) answered++;
+      if (Status scanned = scan_instance(*instance, prefix, names); !scanned.ok()) {
+        failures.push_back(std::move(scanned));
+      }
     }
-    if (!has_quorum(answered, n())) {
-      return Status(Code::kUnavailable,
-                    fmt::format("only {} of {} Redis instances answered SCAN", answered, n()));
+    if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
+      return no_majority_answered("SCAN", failures);
     }
     return inspect_many(std::vector<std::string>(names.begin(), names.end()));
   }
@@ -299,6 +318,29 @@ class RedlockBackend final : public Backend {
     return calls;
   }
 
+  // An instance whose script cache was flushed (SCRIPT FLUSH, or a restart behind a connection
+  // kept open) answers NOSCRIPT: the script did not run there. It gets the call once more, with
+  // the script's text (EVAL, which loads it as well), before `deadline`; `command` holds that
+  // call. Its pooled connections are dropped too (script_error), so the next ones load every
+  // script again.
+  void resend_flushed(std::vector<InstanceCall>& calls, std::string& command, std::string_view body,
+                      const std::vector<std::string>& keys, const std::vector<std::string>& args,
+                      Clock::time_point deadline, milliseconds ttl) {
+    std::vector<InstanceCall> again;
+    std::vector<std::size_t> where;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (!calls[i].error.ok() || !is_noscript(calls[i].replies[0].get())) continue;
+      if (command.empty()) command = script_command("EVAL", body, keys, args);
+      InstanceCall& call = again.emplace_back();
+      call.instance = calls[i].instance;
+      call.commands.push_back(&command);
+      where.push_back(i);
+    }
+    if (again.empty()) return;
+    fan_out(again, deadline, majority_then_grace(ttl));
+    for (std::size_t j = 0; j < again.size(); ++j) calls[where[j]] = std::move(again[j]);
+  }
+
   static Round1 tally_round1(std::vector<InstanceCall>& calls) {
     Round1 r;
     for (std::size_t i = 0; i < calls.size(); ++i) {
@@ -310,6 +352,7 @@ class RedlockBackend final : public Backend {
       const redisReply* reply = call.replies[0].get();
       if (reply->type == REDIS_REPLY_ERROR) {
         r.errors.push_back(script_error(call, reply));
+        r.error_replies.emplace_back(i, r.errors.back().message());
         continue;
       }
       const auto answer = interpret_acquire_reply(*reply);
@@ -330,22 +373,33 @@ class RedlockBackend final : public Backend {
     return r;
   }
 
-  // A counter far ahead of its server's clock: the assumption behind tokens after a data loss
-  // (the clocks of the instances agree, and none steps back) is in doubt. Warned, not refused:
-  // the tokens are still monotonic while no instance loses its data.
-  void warn_counters_ahead(const LockKey& key, const Round1& r1) {
+  // Whether the warning `kind` about instance `index` is due: at most once per kWarningEvery.
+  bool warning_due(std::size_t index, int kind) {
+    const Clock::time_point now = Clock::now();
+    MutexLock lock(warned_mu_);
+    auto [at, fresh] = warned_.try_emplace({index, kind}, now);
+    if (!fresh && now - at->second < kWarningEvery) return false;
+    at->second = now;
+    return true;
+  }
+
+  // What round 1 saw that an operator should know, even when the majority decided the round:
+  // an instance that answered with an error (a failed instance of this round), and a counter far
+  // ahead of its server's clock (the assumption behind tokens after a data loss, clocks that
+  // agree and never step back, is in doubt: warned, not refused, since tokens stay monotonic
+  // while no instance loses its data).
+  void warn_about_round1(const LockKey& key, const Round1& r1) {
+    for (const auto& [index, message] : r1.error_replies) {
+      if (n() == 1 || !warning_due(index, 0)) continue;  // alone, its error is the answer
+      detail::log(LogLevel::kWarning,
+                  "{}: answered an acquisition with an error, counted as a failed instance of "
+                  "the round (the others decide): {}",
+                  instances_[index]->address(), message);
+    }
     for (std::size_t i = 0; i < r1.granted.size(); ++i) {
       if (r1.ahead_ms[i] < kCounterAheadWarning.count()) continue;
       const auto index = static_cast<std::size_t>(r1.granted[i]);
-      const Clock::time_point now = Clock::now();
-      {
-        MutexLock lock(ahead_mu_);
-        if (ahead_warned_[index] != Clock::time_point::min() &&
-            now - ahead_warned_[index] < kCounterAheadWarningEvery) {
-          continue;
-        }
-        ahead_warned_[index] = now;
-      }
+      if (!warning_due(index, 1)) continue;
       detail::log(
           LogLevel::kWarning,
           "{}: the fencing counter of '{}' is {} ms ahead of this server's clock: its clock "
@@ -396,26 +450,30 @@ class RedlockBackend final : public Backend {
                     confirmed, n()));
   }
 
-  Status round1_failure(const Round1& r, const std::vector<InstanceCall>& calls) const {
-    int answered = static_cast<int>(r.granted.size() + r.held_pttl.size());
-    for (const Status& e : r.errors) {
-      if (e.code() == Code::kUnauthenticated || e.code() == Code::kPermissionDenied ||
-          e.code() == Code::kInternal) {
-        return e;
-      }
-    }
+  // Why round 1 granted no majority. The instances that answered decide when they are a
+  // majority (held: kLocked); an error reply is a failed instance of the round like a timeout,
+  // never the verdict of a minority. Without a majority of answers, a verdict that a majority of
+  // the instances gave alike (wrong credentials, missing rights: a retry cannot help) is the
+  // answer; otherwise the round failed for want of a quorum.
+  Status round1_failure(const Round1& r) const {
+    const int answered = static_cast<int>(r.granted.size() + r.held_pttl.size());
     if (has_quorum(answered, n())) {
       return Status(Code::kLocked,
                     n() == 1 ? "key is held by another owner"
                              : fmt::format("key is held by another owner on {} of {} instances",
                                            r.held_pttl.size(), n()));
     }
+    if (const Status* shared = majority_verdict(r.errors)) {
+      if (n() == 1) return *shared;
+      return Status(shared->code(), fmt::format("{} (and as much from a majority of the {} "
+                                                "instances)",
+                                                shared->message(), n()));
+    }
     bool timed_out = std::any_of(r.errors.begin(), r.errors.end(), [](const Status& e) {
       return e.code() == Code::kDeadlineExceeded;
     });
     std::string detail;
     for (const Status& e : r.errors) detail += (detail.empty() ? "" : "; ") + e.message();
-    (void)calls;
     if (n() == 1) {
       return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
                     timed_out ? detail + " (outcome unknown; this attempt was released)" : detail);
@@ -423,6 +481,22 @@ class RedlockBackend final : public Backend {
     return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
                   fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})",
                               answered, n(), quorum(n()), detail));
+  }
+
+  // The first of `errors` whose code a majority of the instances share, if that code is a
+  // verdict (credentials, rights, a failure of the script itself) rather than unavailability.
+  const Status* majority_verdict(const std::vector<Status>& errors) const {
+    for (const Status& e : errors) {
+      if (e.code() != Code::kUnauthenticated && e.code() != Code::kPermissionDenied &&
+          e.code() != Code::kInternal) {
+        continue;
+      }
+      const auto alike = std::count_if(errors.begin(), errors.end(), [&](const Status& other) {
+        return other.code() == e.code();
+      });
+      if (has_quorum(static_cast<int>(alike), n())) return &e;
+    }
+    return nullptr;
   }
 
   // When enough holders' keys will have expired for a majority to be possible again.
@@ -438,26 +512,46 @@ class RedlockBackend final : public Backend {
     return milliseconds(wait);
   }
 
-  bool scan_instance(Instance& instance, std::string_view prefix, std::set<std::string>& names) {
+  // An inspection (list, inspect) that a majority did not answer: what a majority said alike when
+  // it is a verdict (kPermissionDenied for an ACL user without rights on fencelock's keys), else
+  // kUnavailable. Never "nothing held": an error reply is not an answer.
+  Status no_majority_answered(std::string_view what, const std::vector<Status>& failures) const {
+    if (const Status* shared = majority_verdict(failures)) return *shared;
+    std::string detail;
+    for (const Status& e : failures) detail += (detail.empty() ? "" : "; ") + e.message();
+    return Status(Code::kUnavailable,
+                  fmt::format("only {} of {} Redis instances answered {} ({})",
+                              n() - static_cast<int>(failures.size()), n(), what, detail));
+  }
+
+  Status scan_instance(Instance& instance, std::string_view prefix, std::set<std::string>& names) {
     std::string cursor = "0";
-    std::string pattern = "fencelock:{" + glob_escape(prefix) + "*}";
+    const std::string tag_prefix = prefix.empty() ? std::string() : hash_tag(prefix);
+    std::string pattern = "fencelock:{" + glob_escape(tag_prefix) + "*}";
     for (int rounds = 0; rounds < 100'000; ++rounds) {
       std::string cmd = format_command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
       std::vector<InstanceCall> calls(1);
       calls[0].instance = &instance;
       calls[0].commands.push_back(&cmd);
       fan_out(calls, Clock::now() + options_.io_timeout);
-      if (!calls[0].error.ok()) return false;
-      auto page = interpret_scan_reply(*calls[0].replies[0]);
-      if (!page) return false;  // not SCAN's shape: this instance did not answer
+      if (!calls[0].error.ok()) return calls[0].error;
+      const redisReply* reply = calls[0].replies[0].get();
+      if (reply->type == REDIS_REPLY_ERROR) {
+        return status_from_error_reply(reply_text(reply), instance.address());
+      }
+      auto page = interpret_scan_reply(*reply);
+      if (!page) {  // not SCAN's shape: this instance did not answer
+        return Status(Code::kUnavailable,
+                      fmt::format("{}: a reply to SCAN that is not SCAN's", instance.address()));
+      }
       for (std::string_view key : page->keys) {
         std::string name = key_from_lock_key(key);
         if (!name.empty() && name.starts_with(prefix)) names.insert(name);
       }
       cursor = std::move(page->cursor);
-      if (cursor == "0") return true;
+      if (cursor == "0") return Status::Ok();
     }
-    return true;
+    return Status::Ok();
   }
 
   // The majority holder of each key, if any (keys without one are left out).
@@ -471,21 +565,19 @@ class RedlockBackend final : public Backend {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
     fan_out(calls, Clock::now() + options_.io_timeout);
-    int answered = 0;
+    // An instance that answered any of the calls with an error reply (NOPERM, a script error)
+    // did not answer the inspection: its other replies are not counted either.
+    std::vector<Status> failures;
     for (auto& call : calls) {
-      if (call.error.ok()) answered++;
+      for (std::size_t c = 0; call.error.ok() && c < call.replies.size(); ++c) {
+        if (call.replies[c]->type == REDIS_REPLY_ERROR) {
+          call.error = script_error(call, call.replies[c].get());
+        }
+      }
+      if (!call.error.ok()) failures.push_back(call.error);
     }
-    if (!has_quorum(answered, n())) {
-      std::string detail;
-      for (auto& call : calls) {
-        if (!call.error.ok()) detail += (detail.empty() ? "" : "; ") + call.error.message();
-      }
-      Status first = calls[0].error;
-      for (auto& call : calls) {
-        if (call.error.code() == Code::kUnauthenticated) return call.error;
-      }
-      return Status(Code::kUnavailable,
-                    fmt::format("{} of {} Redis instances answered ({})", answered, n(), detail));
+    if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
+      return no_majority_answered("the inspection", failures);
     }
     std::vector<HolderRow> out;
     for (std::size_t k = 0; k < names.size(); ++k) {
@@ -524,9 +616,9 @@ class RedlockBackend final : public Backend {
   const std::string description_;
   std::vector<std::unique_ptr<Instance>> instances_;
   ReleaseHub hub_;
-  Mutex ahead_mu_;
-  // Per instance: when warn_counters_ahead() last warned (min: never).
-  std::vector<Clock::time_point> ahead_warned_ FENCELOCK_GUARDED_BY(ahead_mu_);
+  Mutex warned_mu_;
+  // (instance, kind of warning) -> when warning_due() last let it through.
+  std::map<std::pair<std::size_t, int>, Clock::time_point> warned_ FENCELOCK_GUARDED_BY(warned_mu_);
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Key layout on Redis (DESIGN.md 3.1). The hash tag {K} keeps a lock's keys in one cluster slot.
+// Key layout on Redis (docs/PROTOCOLS.md). The hash tag {K} keeps a lock's keys in one cluster
+// slot.
 #pragma once
 
 #include <string>
@@ -6,7 +7,15 @@
 
 namespace fencelock::detail::redis {
 
-inline std::string lock_key(std::string_view key) { return "fencelock:{" + std::string(key) + "}"; }
+// The hash tag of a lock name: the name itself, so that keys stay readable and interoperable,
+// except that a name starting with '}' would close the tag at once (Redis Cluster then hashes
+// each whole key, scattering one lock's keys over several slots), so it is written after a '{';
+// and a name starting with '{' gets one too, so that the mapping stays one to one.
+inline std::string hash_tag(std::string_view key) {
+  const bool escaped = !key.empty() && (key.front() == '{' || key.front() == '}');
+  return escaped ? "{" + std::string(key) : std::string(key);
+}
+inline std::string lock_key(std::string_view key) { return "fencelock:{" + hash_tag(key) + "}"; }
 inline std::string fence_key(std::string_view key) { return lock_key(key) + ":fence"; }
 inline std::string holder_key(std::string_view key) { return lock_key(key) + ":holder"; }
 inline std::string queue_key(std::string_view key) { return lock_key(key) + ":queue"; }
@@ -17,14 +26,20 @@ inline std::string wake_channel(std::string_view client_id) {
   return "fencelock:wake:" + std::string(client_id);
 }
 
-// The lock name inside a lock key, or empty when `redis_key` is not a lock key.
+// The lock name inside a lock key, or empty when `redis_key` is not a lock key (lock_key's
+// inverse).
 inline std::string key_from_lock_key(std::string_view redis_key) {
   constexpr std::string_view kPrefix = "fencelock:{";
   if (redis_key.size() <= kPrefix.size() + 1 || redis_key.substr(0, kPrefix.size()) != kPrefix ||
       redis_key.back() != '}') {
     return {};
   }
-  return std::string(redis_key.substr(kPrefix.size(), redis_key.size() - kPrefix.size() - 1));
+  std::string_view tag = redis_key.substr(kPrefix.size(), redis_key.size() - kPrefix.size() - 1);
+  if (tag.front() == '{') {
+    tag.remove_prefix(1);
+    if (tag.empty() || (tag.front() != '{' && tag.front() != '}')) return {};  // not hash_tag()'s
+  }
+  return std::string(tag);
 }
 
 // Escapes glob characters so that `prefix` matches literally in SCAN MATCH.

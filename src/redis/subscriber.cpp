@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+
 #include "core/mutex.h"
+#include "redis/script_replies.h"
 
 namespace fencelock::detail::redis {
 
@@ -106,27 +109,53 @@ void Subscriber::run(std::stop_token stop) {
 bool Subscriber::serve(std::stop_token stop, redisContext* c) {
   std::string subscribe = format_command({"SUBSCRIBE", hub_.wake_channel()});
   redisAppendFormattedCommand(c, subscribe.data(), subscribe.size());
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
-  }
+  if (!flush(c)) return false;
+  // A connection that dies without closing (a partition, a stopped server, a NAT that forgot it)
+  // would never be noticed by a reader that only waits: after kHeartbeatEvery without a byte
+  // from the server, a PING (allowed while subscribed) must be answered within kHeartbeatEvery,
+  // else the connection counts as dropped (reconnect, and every waiter retries once).
+  Clock::time_point heard = Clock::now();
+  bool pinged = false;
+  const std::string ping = format_command({"PING"});
   while (!stop.stop_requested()) {
+    const Clock::time_point due = heard + (pinged ? 2 : 1) * kHeartbeatEvery;
+    const Clock::time_point now = Clock::now();
+    if (now >= due) {
+      if (pinged) return false;  // silent since the PING: dead
+      redisAppendFormattedCommand(c, ping.data(), ping.size());
+      if (!flush(c)) return false;
+      pinged = true;
+      continue;
+    }
+    const auto wait = std::chrono::ceil<milliseconds>(due - now);
     pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 || fds[0].revents == 0) continue;
+    if (poll(fds, 2, static_cast<int>(wait.count())) < 0 || fds[0].revents == 0) continue;
     if (redisBufferRead(c) == REDIS_ERR) return false;
+    heard = Clock::now();
+    pinged = false;
     while (true) {
       void* raw = nullptr;
       if (redisGetReplyFromReader(c, &raw) == REDIS_ERR) return false;
       if (raw == nullptr) break;
       Reply reply(static_cast<redisReply*>(raw));
+      // {"subscribe", channel, count}, {"message", channel, payload}; {"pong", ""} and any
+      // other shape only prove that the connection lives.
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) continue;
-      std::string_view kind(reply->element[0]->str, reply->element[0]->len);
+      const std::string_view kind = reply_text(reply->element[0]);
       if (kind == "subscribe") {
         hub_.on_subscribed(index_);
       } else if (kind == "message") {
-        hub_.on_message(std::string(reply->element[2]->str, reply->element[2]->len));
+        hub_.on_message(std::string(reply_text(reply->element[2])));
       }
     }
+  }
+  return true;
+}
+
+bool Subscriber::flush(redisContext* c) {
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
   }
   return true;
 }

@@ -75,7 +75,14 @@ class Subscriber {
 
  private:
   void run(std::stop_token stop);
+  // Liveness of a subscribed connection: a PING after this long without a byte from the server,
+  // and the connection is dropped when the PING goes unanswered as long again. So a dead
+  // connection that never closes is noticed within 2 s.
+  static constexpr milliseconds kHeartbeatEvery{1000};
+
   bool serve(std::stop_token stop, redisContext* c);
+  // Writes what hiredis buffered (blocking). False when the connection broke.
+  static bool flush(redisContext* c);
   void wake();
 
   const int index_;

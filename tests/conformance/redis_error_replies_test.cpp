@@ -1,0 +1,191 @@
+// Error replies from Redis instances, against real redis-server processes: an error reply from a
+// minority is a failed instance of the round, never its verdict (a READONLY replica in the list,
+// an instance out of memory, a flushed script cache); an error reply to an inspection is an error
+// with its code, never "free"; a subscriber connection that dies without closing is noticed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/mutex.h"
+#include "fencelock/client.h"
+#include "fencelock/log.h"
+#include "redis/redis_keys.h"
+#include "redis/subscriber.h"
+#include "support/redis_server.h"
+#include "torture/fault_proxy.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using detail::redis::lock_key;
+
+LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+Client connect_or_throw(const std::string& uri) {
+  auto client = Client::connect(uri);
+  if (!client.ok()) throw std::runtime_error(client.status().to_string());
+  return std::move(*client);
+}
+
+std::vector<std::string> warnings_while(const std::function<void()>& run) {
+  detail::Mutex mu;
+  std::vector<std::string> warnings;
+  set_log_sink(
+      [&](LogLevel, std::string_view text) {
+        detail::MutexLock lock(mu);
+        warnings.emplace_back(text);
+      },
+      LogLevel::kWarning);
+  run();
+  set_log_sink({});
+  detail::MutexLock lock(mu);
+  return warnings;
+}
+
+bool mentions(const std::vector<std::string>& lines, std::string_view text) {
+  for (const auto& line : lines) {
+    if (line.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A waiting acquisition on a key another Client holds, released once the waiter is in line on
+// `healthy`: granted by the majority, whatever the failed instance answers meanwhile.
+void expect_granted_after_the_release(const std::string& uri, RedisServer& healthy,
+                                      std::string_view name) {
+  Client holder = connect_or_throw(uri);
+  auto held = holder.acquire(key(name), {.ttl = 10s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::jthread releaser([&](std::stop_token stop) {
+    while (!stop.stop_requested() &&
+           healthy.command({"ZCARD", detail::redis::queue_key(name)}) == "0") {
+      std::this_thread::sleep_for(5ms);
+    }
+    ASSERT_TRUE(held->release().ok());
+  });
+  Client waiter = connect_or_throw(uri);
+  auto lease = waiter.acquire(key(name), {.ttl = 5s, .wait = 10s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+}
+
+// Before: a READONLY replica among three instances made every waiting acquisition fail at once
+// with kInternal ("unexpected error reply", exit 70), 3 ms into its wait.
+TEST(RedlockErrorReplies, AReadOnlyReplicaInTheListIsAFailedInstanceNotTheVerdict) {
+  auto cluster = RedisCluster::start(3);
+  (*cluster)[2].command({"REPLICAOF", "127.0.0.1", std::to_string((*cluster)[1].port())});
+  const std::string uri = cluster->redlock_uri();
+  auto warnings =
+      warnings_while([&] { expect_granted_after_the_release(uri, (*cluster)[0], "replica"); });
+  EXPECT_TRUE(mentions(warnings, "read-only replica")) << ::testing::PrintToString(warnings);
+}
+
+// Before: OOM from one instance under noeviction failed the waiting acquisition in 10 ms.
+TEST(RedlockErrorReplies, AnInstanceOutOfMemoryIsAFailedInstanceNotTheVerdict) {
+  auto cluster = RedisCluster::start(3);
+  const std::string uri = cluster->redlock_uri();
+  Client early = connect_or_throw(uri);  // connects while the policy can still be read
+  (*cluster)[0].command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  (*cluster)[0].command({"CONFIG", "SET", "maxmemory", "1"});
+  auto warnings =
+      warnings_while([&] { expect_granted_after_the_release(uri, (*cluster)[1], "oom"); });
+  EXPECT_TRUE(mentions(warnings, "out of memory")) << ::testing::PrintToString(warnings);
+}
+
+// Before: after SCRIPT FLUSH, the next acquisition through a kept connection failed with kInternal
+// (NOSCRIPT). The script is sent again with its text, on the only instance too.
+TEST(RedisErrorReplies, AFlushedScriptCacheIsReloadedWithinTheAcquisition) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  for (int i = 0; i < 3; ++i) {
+    auto warm = client.acquire(key("warm"), {.ttl = 5s});  // leaves idle, loaded connections
+    ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  }
+  ASSERT_EQ(server->command({"SCRIPT", "FLUSH"}), "OK");
+  // A try (a wait would start the subscriber, whose new connection loads the scripts again).
+  auto lease = client.acquire(key("flushed"), {.ttl = 5s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  const std::string errors = server->command({"INFO", "errorstats"});
+  EXPECT_NE(errors.find("errorstat_NOSCRIPT"), std::string::npos)
+      << "the acquisition never met the flushed cache: " << errors;
+}
+
+// A majority that refuses alike decides: two of three instances without rights on fencelock's
+// keys are kPermissionDenied, not "no quorum".
+TEST(RedlockErrorReplies, AMajorityRefusingAlikeIsTheVerdict) {
+  auto cluster = RedisCluster::start(3);
+  for (int i = 0; i < 3; ++i) {
+    // Rights on every key on the last instance only.
+    (*cluster)[i].command(
+        {"ACL", "SETUSER", "limited", "on", ">limited-pw", i == 2 ? "~*" : "~other:*", "+@all"});
+  }
+  std::string uri = "redlock://limited:limited-pw@";
+  for (int i = 0; i < 3; ++i) uri += (i ? "," : "") + (*cluster)[i].address();
+  Client client = connect_or_throw(uri);
+  auto lease = client.acquire(key("rights"), {.ttl = 5s, .wait = 1s});
+  EXPECT_EQ(lease.code(), Code::kPermissionDenied) << lease.status().to_string();
+}
+
+// Before: status said "free" and list "no locks held" when the server refused the inspection
+// (an ACL user without rights on the lock's keys: NOPERM).
+TEST(RedisErrorReplies, AnInspectionRefusedByTheServerIsAnErrorNotFree) {
+  auto server = RedisServer::start();
+  Client owner = connect_or_throw(server->uri());
+  auto held = owner.acquire(key("watched"), {.ttl = 10s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  server->command({"ACL", "SETUSER", "viewer", "on", ">viewer-pw", "~other:*", "+@all"});
+  Client viewer =
+      connect_or_throw("redis://viewer:viewer-pw@" + server->address());  // connects: PING is ok
+  auto holder = viewer.inspect(key("watched"));
+  EXPECT_EQ(holder.code(), Code::kPermissionDenied)
+      << (holder.ok() ? (holder->has_value() ? "held" : "free") : holder.status().to_string());
+  auto listed = viewer.list("");
+  EXPECT_EQ(listed.code(), Code::kPermissionDenied)
+      << (listed.ok() ? std::to_string(listed->size()) + " held" : listed.status().to_string());
+}
+
+// Names starting with '}' or '{' get a hash tag of their own (redis_keys.h) and work like any.
+TEST(RedisKeys, NamesStartingWithABraceAreLockedListedAndInspected) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  for (std::string_view name : {"}closing", "{opening", "{}", "}"}) {
+    auto lease = client.acquire(key(name), {.ttl = 10s});
+    ASSERT_TRUE(lease.ok()) << name << ": " << lease.status().to_string();
+    EXPECT_EQ(server->command({"EXISTS", lock_key(name)}), "1") << name;
+    auto holder = client.inspect(key(name));
+    ASSERT_TRUE(holder.ok() && holder->has_value()) << name;
+    auto listed = client.list(name);
+    ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+    ASSERT_EQ(listed->size(), 1u) << name;
+    EXPECT_EQ((*listed)[0].key.str(), name);
+    ASSERT_TRUE(lease->release().ok());
+  }
+}
+
+// Before: the subscriber only waited for bytes, so a connection that died without closing went
+// deaf for good. It now PINGs after a quiet second and drops a connection that stays silent:
+// every waiter is woken once to retry.
+TEST(RedisSubscriber, AConnectionThatGoesSilentWithoutClosingIsDroppedAndWaitersWoken) {
+  auto server = RedisServer::start();
+  torture::FaultProxy proxy("127.0.0.1", server->port());
+  auto parsed = detail::parse_uri("redis://127.0.0.1:" + std::to_string(proxy.port()), 6379);
+  ASSERT_TRUE(parsed.ok());
+  auto specs = detail::redis::connect_specs(*parsed, 1s);
+  ASSERT_TRUE(specs.ok()) << specs.status().to_string();
+  detail::redis::ReleaseHub hub(*specs, detail::redis::wake_channel("silent-test"), 2s);
+  auto watch = hub.watch(OwnerId::random().hex());  // returns once subscribed
+  proxy.set_fault(torture::NetworkFault::kBlackhole);
+  // Nothing is published: only the heartbeat's verdict can wake the waiter.
+  EXPECT_TRUE(watch->wait_until(Clock::now() + 20s, std::stop_token()))
+      << "a waiter on a silent subscriber connection was never woken";
+  proxy.set_fault(torture::NetworkFault::kNone);
+}
+
+}  // namespace
+}  // namespace fencelock::testing
