@@ -54,6 +54,9 @@ struct LeaseState {
   // lost() schedule. Only touched with the Renewer's watch_mu_ held, which the analysis cannot
   // check here: a LeaseState does not know its Renewer (DeadlineHeap<...fire_slot> is guarded).
   std::size_t fire_slot = kNotInHeap;
+  // How much earlier than valid_until() - lost_guard the watchdog fires this lease: the time it
+  // takes to fire the leases renewed in the same round, which come due together. Same lock.
+  Clock::duration fire_lead{0};
   Clock::time_point next_renew{};      // renewal thread only, from here down
   std::size_t due_slot = kNotInHeap;   // renewal schedule, by next_renew
   std::size_t join_slot = kNotInHeap;  // renewal schedule, by next_renew - ttl/6

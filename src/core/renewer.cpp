@@ -28,13 +28,37 @@ std::string_view loss_reason(const LeaseState& lease, bool rejected) {
 // When the watchdog fires lost() unless the lease is renewed first.
 Clock::time_point fire_time(const LeaseState& lease) {
   if (lease.gone.load(std::memory_order_relaxed)) return Clock::time_point::min();
-  return lease.valid_until() - Renewer::lost_guard(lease.ttl);
+  return lease.valid_until() - Renewer::lost_guard(lease.ttl) - lease.fire_lead;
 }
+
+// The watchdog takes due leases out of its schedule and fires them this many at a time, so that
+// add() and remove() never wait for a whole batch of 100,000 (each takes watch_mu_ briefly).
+constexpr std::size_t kFireChunk = 1024;
+// A batch of losses names this many leases one by one in the log, then sums up the rest.
+constexpr std::size_t kLossesLogged = 16;
 
 }  // namespace
 
 milliseconds Renewer::lost_guard(milliseconds ttl) {
   return std::clamp(ttl / 10, milliseconds(2), milliseconds(50));
+}
+
+void Renewer::note_fire_cost(Clock::duration spent, std::size_t leases) {
+  if (leases == 0) return;
+  const std::int64_t per_lease =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count() /
+      static_cast<std::int64_t>(leases);
+  // Rises at once, falls slowly: one quick batch must not undo the lead a slow one showed.
+  std::int64_t old = fire_cost_ns_.load(std::memory_order_relaxed);
+  const std::int64_t next = per_lease > old ? per_lease : (7 * old + per_lease) / 8;
+  fire_cost_ns_.compare_exchange_strong(old, std::max<std::int64_t>(next, 100),
+                                        std::memory_order_relaxed);
+}
+
+Clock::duration Renewer::fire_lead(std::size_t leases, milliseconds ttl) const {
+  const auto per_lease = std::chrono::nanoseconds(fire_cost_ns_.load(std::memory_order_relaxed));
+  const Clock::duration lead = 4 * per_lease * static_cast<std::int64_t>(leases);
+  return std::min<Clock::duration>(lead, ttl / 4);
 }
 
 Renewer::Renewer(Backend& backend, Metrics* metrics) : backend_(backend), metrics_(metrics) {
@@ -227,6 +251,11 @@ void Renewer::run_round() {
   }
   const Clock::duration round_time = Clock::now() - sent_at;
   now = Clock::now();
+  // The leases renewed together come due together: the watchdog starts on them early enough to
+  // fire them all by their validity, whatever their number (DESIGN.md section 1.1).
+  std::size_t renewing = 0;
+  for (const RenewOutcome& outcome : outcomes) renewing += outcome.kind == RenewOutcome::kRenewed;
+  const Clock::time_point bookkeeping_start = now;
   std::vector<std::shared_ptr<LeaseState>> lost;
   std::vector<std::shared_ptr<LeaseState>> unconfirmed;  // only filled when debug is logged
   std::uint64_t renewed = 0;
@@ -246,6 +275,7 @@ void Renewer::run_round() {
         fire_.remove(lease);  // its loss is this thread's to report
       } else if (watched && outcome.kind == RenewOutcome::kRenewed) {
         lease.set_valid_until(outcome.valid_until);
+        lease.fire_lead = fire_lead(renewing, lease.ttl);
         fire_.schedule(sent[i], fire_time(lease));
       }
     }
@@ -265,6 +295,9 @@ void Renewer::run_round() {
       if (log_enabled(LogLevel::kDebug)) unconfirmed.push_back(sent[i]);
     }
   }
+  // Putting a lease back into the lost() schedule costs about what taking it out and firing it
+  // does: until the watchdog has measured a batch of its own, this is the estimate.
+  note_fire_cost(Clock::now() - bookkeeping_start, sent.size());
   if (metrics_ != nullptr) metrics_->record_renew_round(round_time, renewed, failed);
   log_unconfirmed(unconfirmed);
   report_losses(lost, /*rejected=*/true);
@@ -277,22 +310,52 @@ void Renewer::log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& un
   }
 }
 
-void Renewer::report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
+std::size_t Renewer::fire_losses(const std::vector<std::shared_ptr<LeaseState>>& lost) {
+  std::size_t fired = 0;
   for (const auto& lease : lost) {
     if (lease->lost_source.stop_requested()) continue;  // already released: not a loss
     if (metrics_ != nullptr) metrics_->record_loss();   // before lost(), so that observers see it
     lease->mark_lost();
+    ++fired;
+  }
+  return fired;
+}
+
+void Renewer::log_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
+  std::size_t logged = 0;
+  for (const auto& lease : lost) {
+    if (logged == kLossesLogged) break;
+    ++logged;
     detail::log(LogLevel::kWarning, "lease on '{}' lost (token {}, owner {}): {}", lease->key.str(),
                 lease->token.value(), lease->owner.short_hex(), loss_reason(*lease, rejected));
   }
+  if (lost.size() > logged) {
+    detail::log(LogLevel::kWarning, "{} more leases lost at the same time: {}",
+                lost.size() - logged, loss_reason(*lost[logged], rejected));
+  }
+}
+
+void Renewer::report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
+  // Every lost() first, then the log: a sink's time must not delay the signals.
+  std::vector<std::shared_ptr<LeaseState>> fired;
+  for (const auto& lease : lost) {
+    if (!lease->lost_source.stop_requested()) fired.push_back(lease);
+  }
+  fire_losses(fired);
+  log_losses(fired, rejected);
 }
 
 void Renewer::watchdog_loop(std::stop_token stop) {
   MutexLock lock(watch_mu_);
+  // The leases fired since the watchdog last slept, for one log report when the batch is done.
+  std::vector<std::shared_ptr<LeaseState>> batch;
+  std::size_t batch_fired = 0;
+  Clock::time_point batch_start{};
   while (!stop.stop_requested()) {
     const Clock::time_point now = Clock::now();
+    if (batch.empty()) batch_start = now;
     std::vector<std::shared_ptr<LeaseState>> lost;
-    while (!fire_.empty() && fire_.earliest() <= now) {
+    while (!fire_.empty() && fire_.earliest() <= now && lost.size() < kFireChunk) {
       ++watchdog_work_;
       const Clock::time_point fire_at = fire_time(*fire_.top());
       if (fire_at > now) {  // its validity moved without the schedule (not done today): follow it
@@ -303,10 +366,27 @@ void Renewer::watchdog_loop(std::stop_token stop) {
     }
     if (!lost.empty()) {
       lock.unlock();
-      report_losses(lost, /*rejected=*/false);
+      std::vector<std::shared_ptr<LeaseState>> fired;
+      for (auto& lease : lost) {
+        if (!lease->lost_source.stop_requested()) fired.push_back(std::move(lease));
+      }
+      batch_fired += fire_losses(fired);
+      batch.insert(batch.end(), std::make_move_iterator(fired.begin()),
+                   std::make_move_iterator(fired.end()));
       // Drop them unlocked: a lease's last reference may go here, and its destructor waits for
       // a Grant::gone callback that may be waiting for watch_mu_ (lose_now).
       lost.clear();
+      lock.lock();
+      continue;
+    }
+    if (!batch.empty()) {
+      // What firing one lease costs (taking it out of the schedule included): the lead that
+      // renewal rounds give the leases they renew together. Rises at once, falls slowly.
+      note_fire_cost(Clock::now() - batch_start, batch_fired);
+      lock.unlock();
+      log_losses(batch, /*rejected=*/false);
+      batch.clear();
+      batch_fired = 0;
       lock.lock();
       continue;
     }

@@ -27,6 +27,7 @@
 // Thread-safety: add/remove may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <thread>
@@ -74,7 +75,9 @@ class Renewer {
   Work work_for_testing() const;
 
   // How long before valid_until() the watchdog fires lost(): absorbs the scheduling delay of the
-  // watchdog thread itself. ttl/10, clamped to [2 ms, 50 ms].
+  // watchdog thread itself. ttl/10, clamped to [2 ms, 50 ms]. Leases renewed in one round come
+  // due together and are fired earlier still, by four times what firing them all takes (at most
+  // ttl/4): lost() stays in time at any number of leases (docs/PROTOCOLS.md, "Watchdog").
   static milliseconds lost_guard(milliseconds ttl);
 
  private:
@@ -100,9 +103,23 @@ class Renewer {
   void log_unconfirmed(const std::vector<std::shared_ptr<LeaseState>>& unconfirmed)
       FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
   // Fires lost() on `lost` (`rejected`: their renewal was rejected, otherwise their validity
-  // ran out). REQUIRES: no lock held (lost() callbacks and log sinks are user code).
+  // ran out), then logs them. REQUIRES: no lock held (lost() callbacks and log sinks are user
+  // code).
   void report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected)
       FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
+  // Fires lost() on every lease of `lost` not released already (recording each loss); returns
+  // how many. REQUIRES: no lock held.
+  std::size_t fire_losses(const std::vector<std::shared_ptr<LeaseState>>& lost)
+      FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
+  // One warning per lost lease, the first kLossesLogged of them, then one line for the rest.
+  // REQUIRES: no lock held.
+  void log_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected)
+      FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
+  // How much earlier a lease renewed in a round of `leases` is fired: four times what firing
+  // them all costs (fire_cost_ns_: a margin for a busy machine), at most a quarter of its TTL.
+  Clock::duration fire_lead(std::size_t leases, milliseconds ttl) const;
+  // Folds a measurement into fire_cost_ns_: `spent` for `leases` leases.
+  void note_fire_cost(Clock::duration spent, std::size_t leases);
 
   Backend& backend_;
   Metrics* const metrics_;
@@ -132,6 +149,10 @@ class Renewer {
   std::uint64_t watchdog_work_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
   Clock::time_point watchdog_planned_ FENCELOCK_GUARDED_BY(watch_mu_) = Clock::time_point::min();
   std::uint64_t watchdog_version_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
+
+  // What firing one lost lease costs (nanoseconds), measured on every batch the watchdog fires
+  // and every renewal round's bookkeeping; 2 us until measured.
+  std::atomic<std::int64_t> fire_cost_ns_{2000};
 
   std::jthread renew_thread_;
   std::jthread watchdog_thread_;
