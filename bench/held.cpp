@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -20,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "core/client_core.h"
 #include "core/mutex.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
@@ -236,6 +238,68 @@ Lateness measure_lost_lateness(Client& client, int leases, std::chrono::millisec
   return out;
 }
 
+// When lost() fired on every held lease at once: renewals stop (as if every server stopped
+// answering at the same moment) and the watchdog declares them all lost together.
+struct Together {
+  int leases = 0;
+  int late = 0;            // fired after valid_until()
+  int missing = 0;         // did not fire within two seconds after the last validity
+  double latest_ms = 0;    // max of (fired_at - valid_until); < 0: early
+  double earliest_ms = 0;  // min of the same: how early the first was signalled
+  double spread_ms = 0;    // from the first signal to the last
+};
+
+Together measure_lost_together(Client& client, std::vector<Lease>& held) {
+  struct Seen {
+    std::atomic<Clock::rep> fired_at{0};  // 0: not yet
+    Clock::time_point valid_until;
+  };
+  std::vector<Seen> seen(held.size());
+  std::atomic<std::size_t> fired{0};
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    Seen* entry = &seen[i];
+    held[i].on_lost([entry, &fired] {
+      entry->fired_at.store(Clock::now().time_since_epoch().count());
+      fired.fetch_add(1);
+    });
+  }
+  detail::ClientAccess::core(client).renewer().pause_renewals_for_testing(true);
+  Clock::time_point last_validity = Clock::now();
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    seen[i].valid_until = held[i].valid_until();  // renewals are paused: it stays
+    last_validity = std::max(last_validity, seen[i].valid_until);
+  }
+  const auto bound = last_validity + std::chrono::seconds(2);
+  while (fired.load() < held.size() && Clock::now() < bound) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Together out;
+  out.leases = static_cast<int>(held.size());
+  double first = std::numeric_limits<double>::max();
+  double last = std::numeric_limits<double>::lowest();
+  out.latest_ms = std::numeric_limits<double>::lowest();
+  out.earliest_ms = std::numeric_limits<double>::max();
+  for (const Seen& s : seen) {
+    const Clock::rep at = s.fired_at.load();
+    if (at == 0) {
+      ++out.missing;
+      continue;
+    }
+    const Clock::time_point fired_at{Clock::duration(at)};
+    const double ms = std::chrono::duration<double, std::milli>(fired_at - s.valid_until).count();
+    const double abs_ms =
+        std::chrono::duration<double, std::milli>(fired_at.time_since_epoch()).count();
+    out.late += ms > 0 ? 1 : 0;
+    out.latest_ms = std::max(out.latest_ms, ms);
+    out.earliest_ms = std::min(out.earliest_ms, ms);
+    first = std::min(first, abs_ms);
+    last = std::max(last, abs_ms);
+  }
+  if (out.missing == out.leases) out.latest_ms = out.earliest_ms = 0;
+  out.spread_ms = out.missing == out.leases ? 0 : last - first;
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json run_held(const HeldConfig& config) {
@@ -324,6 +388,24 @@ nlohmann::json run_held(const HeldConfig& config) {
                         {"lost_worst_granted_in_time_ms", lateness.worst_in_time_ms},
                         {"lost_probes_missing", lateness.missing},
                         {"lost_worst_after_valid_until_ms", lateness.worst_ms}};
+  if (config.lose_all) {
+    // Last: it stops the Client's renewals for good.
+    const Together together = measure_lost_together(*client, held);
+    fmt::print(
+        "{:<8} lost together {} leases (renewals stopped): {} late, signals from {:+.1f} to "
+        "{:+.1f} ms after valid_until over {:.1f} ms{}; one lease at a time (above): at worst "
+        "{:+.1f} ms\n",
+        config.label, together.leases, together.late, together.earliest_ms, together.latest_ms,
+        together.spread_ms,
+        together.missing > 0 ? fmt::format(", {} never fired", together.missing) : "",
+        lateness.worst_ms);
+    out["lost_together_leases"] = together.leases;
+    out["lost_together_late"] = together.late;
+    out["lost_together_missing"] = together.missing;
+    out["lost_together_latest_after_valid_until_ms"] = together.latest_ms;
+    out["lost_together_earliest_after_valid_until_ms"] = together.earliest_ms;
+    out["lost_together_spread_ms"] = together.spread_ms;
+  }
   if (servers > 0) {
     out["servers"] = servers;
     out["server_requests_per_s"] = requests / seconds;

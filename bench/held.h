@@ -27,6 +27,9 @@ struct HeldConfig {
   // backend's minimum when longer: PostgreSQL 1 s, etcd 2 s).
   int lost_probes = 250;
   std::chrono::milliseconds lost_probe_spacing{10};
+  // Last, stop renewing and record when lost() fires on all N leases at once (they were renewed
+  // in step, so they come due together), next to the probes' one-at-a-time figure.
+  bool lose_all = true;
 };
 
 nlohmann::json run_held(const HeldConfig& config);
