@@ -63,6 +63,11 @@ class History {
     r.register_events.push_back(event(RegisterEvent::kExit, worker, token, at, pid));
     return *this;
   }
+  // The worker's connection closed (it was killed).
+  History& leave(int worker, Nanos at, long pid = 0) {
+    r.register_events.push_back(event(RegisterEvent::kLeave, worker, 0, at, pid));
+    return *this;
+  }
   // The worker's report of one lease (worker clock).
   History& lease(int worker, std::uint64_t token, Nanos valid_until, Nanos observed_at,
                  bool lost = false, Nanos fired_at = 0, bool callback_ran = true, long pid = 0) {
@@ -187,6 +192,67 @@ TEST(TortureChecker, AnOverlapWhileTheOlderLeaseIsStillValidIsUnsafe) {
   h.r.faults[0] = fault("drop", 150 * kMs, 450 * kMs);
   h.r.leases.back().lost = false;
   EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
+}
+
+// Worker 0 (token 4) is inside when it is killed; worker 1 is granted token 5 right after and
+// enters before the register has seen worker 0's connection close. On Redis, Redlock, lease mode
+// and etcd a killed holder's lock lives until it expires: the kill cannot explain the second
+// grant. The old checker excused any overlap with a holder that left no report during any
+// session fault (this kill, a kill of another worker, a 10 ms drop).
+TEST(TortureChecker, AKillOrADropExcusesNoOverlapWhereALockLivesUntilItExpires) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.acquire(1, 150 * kMs);
+  h.fault(fault("kill", 300 * kMs, 300 * kMs, true, 0, h.pid_of(0)));
+  h.grant(1, 5, 301 * kMs).enter(1, 5, 302 * kMs).leave(0, 303 * kMs);
+  h.write(1, 5, 4, 304 * kMs).exit(1, 5, 305 * kMs).lease(1, 5, 2300 * kMs, 306 * kMs);
+  h.hello(0, 310 * kMs, /*pid=*/999);  // worker 0's replacement
+  Report report = check(h.r, options());
+  EXPECT_EQ(report.overlaps, 1u);
+  EXPECT_EQ(report.exclusion_violations, 1u);
+  EXPECT_EQ(report.verdict(), Verdict::kUnsafe);
+  ASSERT_FALSE(report.violations.empty());
+  EXPECT_NE(report.violations[0].find("left no lease report"), std::string::npos)
+      << report.violations[0];
+
+  // Nor a 10 ms drop, when the newer holder is the one without a report (killed later) and the
+  // older one's report says its lease was valid.
+  History drop;
+  drop.cycles(3, 1, 1, 0);
+  drop.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  drop.fault(fault("drop", 140 * kMs, 150 * kMs));
+  drop.acquire(1, 150 * kMs).grant(1, 5, 200 * kMs).enter(1, 5, 201 * kMs);
+  drop.write(0, 4, 4, 250 * kMs).exit(0, 4, 251 * kMs).lease(0, 4, 2100 * kMs, 252 * kMs);
+  drop.leave(1, 260 * kMs);
+  EXPECT_EQ(check(drop.r, options()).exclusion_violations, 1u);
+}
+
+// PostgreSQL advisory: the killed holder's session ends and the server frees its lock at once,
+// so a kill of THAT worker explains a grant right after; a kill of another worker, or a fault
+// that took no effect, explains nothing.
+TEST(TortureChecker, OnAdvisoryLocksOnlyAFaultThatEndedTheOlderHoldersSessionExcusesAnOverlap) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.acquire(1, 150 * kMs);
+  h.fault(fault("kill", 300 * kMs, 300 * kMs, true, 0, h.pid_of(0)));
+  h.grant(1, 5, 301 * kMs).enter(1, 5, 302 * kMs).leave(0, 303 * kMs);
+  h.write(1, 5, 4, 304 * kMs).exit(1, 5, 305 * kMs).lease(1, 5, 2300 * kMs, 306 * kMs);
+  h.hello(0, 310 * kMs, /*pid=*/999);
+  CheckOptions advisory = options();
+  advisory.validity_bound = false;
+  Report killed = check(h.r, advisory);
+  EXPECT_EQ(killed.exclusion_violations, 0u) << testing::PrintToString(killed.violations);
+  EXPECT_EQ(killed.overlaps_excused, 1u);
+  EXPECT_EQ(killed.verdict(), Verdict::kSafe);
+
+  h.r.faults[0].worker = 2, h.r.faults[0].pid = h.pid_of(2);  // an uninvolved worker killed
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
+  h.r.faults[0] = fault("drop", 290 * kMs, 300 * kMs, /*took_effect=*/false);  // reset nothing
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 1u);
+  h.r.faults[0].took_effect = true;  // every proxied session was reset, worker 0's among them
+  EXPECT_EQ(check(h.r, advisory).exclusion_violations, 0u);
 }
 
 // Not a violation: the stale one is the one entering. Worker 1 was granted token 5 and paused
@@ -316,6 +382,8 @@ TEST(TortureChecker, FaultsThatNeverTookEffectOrAFailedControlProgramAreInconclu
 
   h.r.control_failures.clear();
   h.r.faults.back().took_effect = true;
+  h.r.faults.back().probe_during = ProbeResult::kRefused;
+  h.r.faults.back().probe_after = ProbeResult::kAnswered;
   EXPECT_EQ(check(h.r, o).verdict(), Verdict::kSafe);
 
   // A latency fault that delayed nothing is no evidence either, however many were injected.
@@ -328,6 +396,90 @@ TEST(TortureChecker, FaultsThatNeverTookEffectOrAFailedControlProgramAreInconclu
   EXPECT_EQ(check(net.r, latency).verdict(), Verdict::kInconclusive);
   net.r.faults[1].took_effect = true;
   EXPECT_EQ(check(net.r, latency).verdict(), Verdict::kSafe);
+}
+
+// A server-control program that exits 0 and does nothing (`true`) made minority-stall and evict
+// count as injected, and the run SAFE. Each fault of the control program now needs what the
+// server itself showed.
+TEST(TortureChecker, FaultsOfTheControlProgramNeedWhatTheServersShowedNotItsExitStatus) {
+  CheckOptions o = options();
+  const auto verdict = [&](const InjectedFault& f) {
+    History h;
+    h.cycles(5, 1, 1, 0);
+    h.fault(f);
+    o.requested_faults = {f.kind};
+    Report report = check(h.r, o);
+    EXPECT_EQ(report.by_fault[f.kind].count, 1u);
+    return report.verdict();
+  };
+  // Every call of the program exited 0 (took_effect), and nothing else was seen.
+  for (const char* kind : {"minority-stall", "server-kill", "failover", "evict"}) {
+    EXPECT_EQ(verdict(fault(kind, 10 * kMs, 40 * kMs)), Verdict::kInconclusive) << kind;
+  }
+
+  InjectedFault stall = fault("minority-stall", 10 * kMs, 40 * kMs);
+  stall.probe_during = ProbeResult::kAnswered;  // the "paused" server answered: `true`
+  stall.probe_after = ProbeResult::kAnswered;
+  EXPECT_EQ(verdict(stall), Verdict::kInconclusive);
+  stall.probe_during = ProbeResult::kSilent;
+  EXPECT_EQ(verdict(stall), Verdict::kSafe);
+  stall.probe_after = ProbeResult::kSilent;  // it never came back
+  EXPECT_EQ(verdict(stall), Verdict::kInconclusive);
+  stall.probe_after = ProbeResult::kAnswered;
+  stall.took_effect = false;  // the resume failed
+  EXPECT_EQ(verdict(stall), Verdict::kInconclusive);
+
+  InjectedFault kill = fault("server-kill", 10 * kMs, 40 * kMs);
+  kill.probe_during = ProbeResult::kAnswered;  // still there after the "kill"
+  kill.probe_after = ProbeResult::kAnswered;
+  EXPECT_EQ(verdict(kill), Verdict::kInconclusive);
+  kill.probe_during = ProbeResult::kUnknown;  // a host that did not resolve: no evidence
+  EXPECT_EQ(verdict(kill), Verdict::kInconclusive);
+  kill.probe_during = ProbeResult::kRefused;
+  EXPECT_EQ(verdict(kill), Verdict::kSafe);
+  kill.probe_after = ProbeResult::kRefused;  // never restarted: no restart was tested
+  EXPECT_EQ(verdict(kill), Verdict::kInconclusive);
+
+  InjectedFault failover = fault("failover", 10 * kMs, 40 * kMs);
+  failover.probe_during = ProbeResult::kRefused;
+  failover.probe_after = ProbeResult::kUnknown;  // no standby in the URI
+  EXPECT_EQ(verdict(failover), Verdict::kInconclusive);
+  failover.probe_after = ProbeResult::kAnswered;
+  EXPECT_EQ(verdict(failover), Verdict::kSafe);
+
+  InjectedFault evict = fault("evict", 10 * kMs, 40 * kMs);
+  evict.evicted_before = 12, evict.evicted_after = 12;  // INFO read, nothing evicted
+  EXPECT_EQ(verdict(evict), Verdict::kInconclusive);
+  evict.evicted_after = 40;
+  EXPECT_EQ(verdict(evict), Verdict::kSafe);
+  evict.evicted_before = -1, evict.evicted_after = -1;  // INFO unreadable
+  EXPECT_EQ(verdict(evict), Verdict::kInconclusive);
+  evict.over_maxmemory = true;  // a noeviction server filled up: it refuses writes
+  EXPECT_EQ(verdict(evict), Verdict::kSafe);
+}
+
+// admin-delete: a holder was inside when the delete began, but the delete took nothing: the
+// holder wrote, left and reported its lease unlost, and nobody else was granted meanwhile. The
+// old evidence (a lease held at that moment) called it effective.
+TEST(TortureChecker, AnAdminDeleteNeedsItsHolderToLearnOfItOrBeOvertaken) {
+  History h;
+  h.cycles(3, 1, 1, 0);
+  h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
+  h.fault(fault("admin-delete", 150 * kMs, 2150 * kMs, true, 0, h.pid_of(0)));
+  h.acquire(1, 160 * kMs);
+  h.write(0, 4, 4, 200 * kMs).exit(0, 4, 201 * kMs).lease(0, 4, 2100 * kMs, 202 * kMs);
+  h.grant(1, 5, 300 * kMs).enter(1, 5, 301 * kMs);
+  h.write(1, 5, 5, 302 * kMs).exit(1, 5, 303 * kMs).lease(1, 5, 2300 * kMs, 304 * kMs);
+  CheckOptions o = options();
+  o.requested_faults = {"admin-delete"};
+  Report report = check(h.r, o);
+  EXPECT_EQ(report.verdict(), Verdict::kInconclusive) << testing::PrintToString(report.violations);
+  EXPECT_EQ(report.by_fault["admin-delete"].effective, 0u);
+
+  h.r.leases[3].lost = true;  // worker 0 learned of the delete (its renewal found the key gone)
+  h.r.leases[3].fired_at = 190 * kMs;
+  EXPECT_EQ(check(h.r, o).by_fault["admin-delete"].effective, 1u);
+  EXPECT_EQ(check(h.r, o).verdict(), Verdict::kSafe);
 }
 
 // A pause counts only when the paused worker then lost its lease or was refused; a kill only

@@ -1,10 +1,7 @@
 #include "torture/orchestrator.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +25,7 @@
 #include "private_files.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
+#include "torture/server_probe.h"
 #include "torture/shared_register.h"
 
 namespace fencelock::torture {
@@ -153,25 +151,11 @@ struct ActiveFault {
   std::optional<int> paused_worker;
   std::optional<int> skewed_worker;
   std::optional<int> jumped_worker;
-  bool restart_servers = false;
-  std::optional<std::uint16_t> resume_port;  // minority-stall: the paused server
-  bool racing = false;                       // cancel-race: the workers were told to race
+  std::optional<HostPort> restart_server;  // server-kill: the killed server
+  std::optional<HostPort> resume_server;   // minority-stall: the paused server
+  bool racing = false;                     // cancel-race: the workers were told to race
   std::uint64_t proxy_actions_before = 0;
 };
-
-// Whether a TCP connection to host:port is refused or fails (the server is down). A host that
-// is not an IPv4 address cannot be checked: nullopt.
-std::optional<bool> port_refuses(const std::string& host, std::uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return std::nullopt;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0;
-  ::close(fd);
-  return refused;
-}
 
 class Orchestrator {
  public:
@@ -202,6 +186,9 @@ class Orchestrator {
                         kind));
       }
     }
+    if (wanted(settings_.faults, "evict") && probe_protocol(uri) != ProbeProtocol::kRedis) {
+      throw std::invalid_argument("the fault evict needs a redis:// or redlock:// backend");
+    }
     if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
@@ -215,6 +202,7 @@ class Orchestrator {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
+      protocol_ = probe_protocol(uri).value_or(ProbeProtocol::kRedis);
     }
     if (needs_proxy(settings_.faults)) {
       auto split = split_uri(uri);
@@ -440,6 +428,43 @@ class Orchestrator {
     return program;
   }
 
+  // How long a probe waits for a reaction: long enough for a loaded server to answer, short
+  // enough to end inside the shortest fault (1.5 TTL).
+  milliseconds probe_deadline() const {
+    return std::clamp(settings_.ttl / 2, milliseconds(100), milliseconds(500));
+  }
+  // How long a server may take to answer again after a resume or a restart.
+  milliseconds answer_limit() const { return std::max(settings_.ttl, milliseconds(2000)); }
+
+  // INFO of one Redis; what could not be read goes into the fault's note.
+  std::optional<RedisMemory> memory_of(const HostPort& server, InjectedFault& fault) const {
+    std::string why;
+    auto memory = redis_memory(server, uri_, probe_deadline(), why);
+    if (!memory && fault.note.find(why) == std::string::npos)
+      fault.note += (fault.note.empty() ? "" : "; ") + why;
+    return memory;
+  }
+
+  // admin-delete: a worker that has been between its read and its write for a while (a long
+  // critical section, seen continuously), waiting up to one TTL; else any worker inside. The
+  // delete then lands on a lease its holder keeps using, and the holder must learn of it.
+  std::optional<int> long_holder() const {
+    const auto long_enough = std::min(settings_.critical * 4, settings_.ttl / 4);
+    std::optional<int> seen;
+    auto since = Clock::now();
+    for (const auto until = since + settings_.ttl; Clock::now() < until;
+         std::this_thread::sleep_for(milliseconds(2))) {
+      const std::optional<int> now = reg_->worker_between_read_and_write();
+      if (now != seen) {
+        seen = now;
+        since = Clock::now();
+      } else if (now && Clock::now() - since >= long_enough) {
+        return now;
+      }
+    }
+    return reg_->worker_inside();
+  }
+
   std::uint64_t proxy_actions() const {
     std::uint64_t total = 0;
     for (const auto& p : proxies_) total += p->fault_actions();
@@ -532,17 +557,17 @@ class Orchestrator {
       fault.heal_at += settings_.ttl * 2;
     } else if (kind == "server-kill") {
       // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
+      // Evidence (checker): the port refuses connections after the kill (polled a moment, for
+      // a server that takes that long to go) and answers again after the restart.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      const bool killed = run_control({"kill", std::to_string(victim.port)});
-      const std::optional<bool> down = port_refuses(victim.host, victim.port);
-      fault.record.took_effect = killed && down.value_or(true);
-      if (!killed) {
+      fault.record.took_effect = run_control({"kill", std::to_string(victim.port)});
+      if (fault.record.took_effect) {
+        fault.record.probe_during = probe_until(victim, protocol_, ProbeResult::kRefused,
+                                                probe_deadline(), milliseconds(1000));
+      } else {
         fault.record.note = "the control program's kill failed";
-      } else if (!down.value_or(true)) {
-        fault.record.note = fmt::format("{}:{} still accepted connections after the kill",
-                                        victim.host, victim.port);
       }
-      fault.restart_servers = true;
+      fault.restart_server = victim;
       fault.heal_at += settings_.ttl;
     } else if (kind == "failover") {
       // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
@@ -555,25 +580,38 @@ class Orchestrator {
           {"failover", std::to_string(primary.port),
            fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
       fault.record.done_at = monotonic_now();  // `at`: when replication stalled
-      const std::optional<bool> down = port_refuses(primary.host, primary.port);
-      fault.record.took_effect = failed_over && down.value_or(true);
-      if (!failed_over) fault.record.note = "the control program's failover failed";
+      fault.record.took_effect = failed_over;
+      if (failed_over) {
+        // Evidence (checker): the old primary refuses connections, its standby answers.
+        fault.record.probe_during = probe_until(primary, protocol_, ProbeResult::kRefused,
+                                                probe_deadline(), milliseconds(1000));
+        fault.record.probe_after = servers_.size() < 2
+                                       ? ProbeResult::kUnknown
+                                       : probe_until(servers_[1], protocol_, ProbeResult::kAnswered,
+                                                     probe_deadline(), answer_limit());
+      } else {
+        fault.record.note = "the control program's failover failed";
+      }
       std::erase(scheduled_, std::string("failover"));
       fault.heal_at = Clock::now() + settings_.ttl * 2;
     } else if (kind == "minority-stall") {
       // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
       // back. Resumed 1.5 TTL later.
+      // Evidence (checker): a probe after the pause goes unanswered, one after the resume is
+      // answered.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
       fault.record.took_effect = run_control({"pause", std::to_string(victim.port)});
-      if (!fault.record.took_effect) fault.record.note = "the control program's pause failed";
-      fault.resume_port = victim.port;
+      if (fault.record.took_effect) {
+        fault.record.probe_during = probe_server(victim, protocol_, probe_deadline());
+      } else {
+        fault.record.note = "the control program's pause failed";
+      }
+      fault.resume_server = victim;
       fault.heal_at += settings_.ttl * 3 / 2;
     } else if (kind == "admin-delete") {
       // The lock taken away behind a holder's back, as an operator would; the holder must learn
       // within a renewal period (checker).
-      for (int i = 0; i < 500 && !reg_->worker_inside(); ++i)
-        std::this_thread::sleep_for(milliseconds(2));
-      if (auto inside = reg_->worker_inside()) hit(*inside);
+      if (auto inside = long_holder()) hit(*inside);
       fault.record.at = monotonic_now();
       fault.record.took_effect = run_control({"admin-delete", admin_kind(uri_), settings_.key});
       // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
@@ -596,11 +634,26 @@ class Orchestrator {
     } else if (kind == "evict") {
       // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
       // evicts keys, fencelock's among them if its policy allows it.
+      // Evidence (checker): INFO before and after the fill shows keys evicted, or a server
+      // above its maxmemory.
+      std::vector<std::optional<RedisMemory>> before;
+      for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
       fault.record.took_effect = true;
       for (const HostPort& server : servers_) {
         fault.record.took_effect &= run_control({"fill", std::to_string(server.port)});
       }
       if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
+      for (std::size_t i = 0; i < servers_.size(); ++i) {
+        const std::optional<RedisMemory> after = memory_of(servers_[i], fault.record);
+        if (!after) continue;
+        fault.record.over_maxmemory |=
+            after->maxmemory > 0 && after->used_memory > after->maxmemory;
+        if (!before[i]) continue;
+        fault.record.evicted_before =
+            std::max<std::int64_t>(fault.record.evicted_before, 0) + before[i]->evicted_keys;
+        fault.record.evicted_after =
+            std::max<std::int64_t>(fault.record.evicted_after, 0) + after->evicted_keys;
+      }
       fault.heal_at += settings_.ttl;
     } else if (kind == "delay-one") {
       // One chunk on one connection to one server held for 1.5 TTL, in turn a request (a
@@ -630,14 +683,26 @@ class Orchestrator {
       w->start();
     }
     if (fault.jumped_worker) (void)cli::replace_file(clock_file(*fault.jumped_worker), "+0\n");
-    if (fault.resume_port && !run_control({"resume", std::to_string(*fault.resume_port)})) {
-      fault.record.took_effect = false;
-      fault.record.note = "the control program's resume failed";
+    if (fault.resume_server) {
+      if (run_control({"resume", std::to_string(fault.resume_server->port)})) {
+        fault.record.probe_after =
+            probe_until(*fault.resume_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
+                        answer_limit());
+      } else {
+        fault.record.took_effect = false;
+        fault.record.note = "the control program's resume failed";
+      }
     }
-    if (fault.restart_servers && !run_control({"start"})) {
-      fault.record.took_effect = false;
-      fault.record.note += fault.record.note.empty() ? "the control program's start failed"
-                                                     : "; its start failed too";
+    if (fault.restart_server) {
+      if (run_control({"start"})) {
+        fault.record.probe_after =
+            probe_until(*fault.restart_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
+                        answer_limit());
+      } else {
+        fault.record.took_effect = false;
+        fault.record.note += fault.record.note.empty() ? "the control program's start failed"
+                                                       : "; its start failed too";
+      }
     }
     if (fault.paused_worker) {
       // Resume the stale holder while a newer one is between its read and its write (bounded).
@@ -686,7 +751,12 @@ class Orchestrator {
                             {"pid", f.pid},
                             {"took_effect", f.took_effect},
                             {"done_at", f.done_at},
-                            {"note", f.note}}
+                            {"note", f.note},
+                            {"probe_during", probe_result_name(f.probe_during)},
+                            {"probe_after", probe_result_name(f.probe_after)},
+                            {"evicted_before", f.evicted_before},
+                            {"evicted_after", f.evicted_after},
+                            {"over_maxmemory", f.over_maxmemory}}
                  .dump()
           << "\n";
     }
@@ -726,7 +796,8 @@ class Orchestrator {
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
-  std::vector<HostPort> servers_;  // for server-kill: the servers of the URI
+  std::vector<HostPort> servers_;  // for the control program's faults: the servers of the URI
+  ProbeProtocol protocol_ = ProbeProtocol::kRedis;  // how to probe them
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
   std::vector<std::string> control_failures_;
 };
