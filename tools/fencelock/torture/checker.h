@@ -1,5 +1,6 @@
 // The torture checker: pure analysis of a RunRecord (no I/O), unit-tested with hand-made histories
-// (tests/unit/torture_checker_test.cpp), one per property: each verdict must be able to fail.
+// (tests/unit/torture_checker_test.cpp, torture_fault_evidence_test.cpp), one per property: each
+// verdict must be able to fail.
 //
 // Safety (each must be 0, else the verdict is UNSAFE):
 //   fenced_violations     an applied write whose token is below one the fence had admitted before

@@ -1,14 +1,7 @@
 #include "torture/orchestrator.h"
 
-#include <fcntl.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +16,7 @@
 
 #include "fencelock/client.h"
 #include "private_files.h"
+#include "torture/child_processes.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
 #include "torture/server_probe.h"
@@ -36,8 +30,6 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-// How long one call of the server-control program may take.
-constexpr std::chrono::seconds kControlTimeout{60};
 
 bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
   return std::find(faults.begin(), faults.end(), kind) != faults.end();
@@ -59,92 +51,6 @@ bool needs_proxy(const std::vector<std::string>& faults) {
   return false;
 }
 
-// One worker process, started by re-executing this program.
-class WorkerProcess {
- public:
-  // The backend URI travels in the environment (FENCELOCK_BACKEND), not in the argument list
-  // that every user of the machine can read.
-  WorkerProcess(int id, std::vector<std::string> argv, const std::string& backend,
-                std::vector<std::string> env)
-      : id_(id), argv_(std::move(argv)) {
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!std::string_view(*e).starts_with("FENCELOCK_BACKEND=")) env_.emplace_back(*e);
-    }
-    env_.push_back("FENCELOCK_BACKEND=" + backend);
-    env_.insert(env_.end(), env.begin(), env.end());
-    start();
-  }
-  ~WorkerProcess() { kill_and_reap(); }
-
-  // `extra_env` is added for this start only (a skewed clock); "NAME=" removes NAME.
-  void start(const std::vector<std::string>& extra_env = {}) {
-    std::vector<char*> raw, env;
-    std::vector<std::string> extra = extra_env;
-    for (auto& a : argv_) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    for (auto& e : env_) {
-      const std::string_view name = std::string_view(e).substr(0, e.find('=') + 1);
-      bool replaced = false;
-      for (auto& x : extra) replaced |= std::string_view(x).starts_with(name);
-      if (!replaced) env.push_back(e.data());
-    }
-    for (auto& e : extra) {
-      if (e.back() != '=') env.push_back(e.data());  // "NAME=" only removes NAME
-    }
-    env.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      sigset_t none;
-      sigemptyset(&none);
-      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      ::execve("/proc/self/exe", raw.data(), env.data());
-      ::_exit(127);
-    }
-  }
-  void signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  long pid() const { return static_cast<long>(pid_); }
-  // True when the process is stopped (SIGSTOP took effect): state 'T' in /proc/PID/stat.
-  bool stopped() const {
-    std::ifstream stat(fmt::format("/proc/{}/stat", pid_));
-    std::string line;
-    std::getline(stat, line);
-    auto close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
-  }
-  // Waits up to `limit` for the process to exit; true when it did.
-  bool wait_for(milliseconds limit) {
-    for (auto until = Clock::now() + limit; pid_ > 0;
-         std::this_thread::sleep_for(milliseconds(20))) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return true;
-      }
-      if (Clock::now() >= until) return false;
-    }
-    return true;
-  }
-  // True when the process died of this SIGKILL (not of something else before it).
-  bool kill_and_reap() {
-    if (pid_ <= 0) return false;
-    ::kill(pid_, SIGKILL);
-    ::kill(pid_, SIGCONT);
-    int status = 0;
-    const bool reaped = ::waitpid(pid_, &status, 0) == pid_;
-    pid_ = -1;
-    return reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  }
-  int id() const { return id_; }
-
- private:
-  int id_;
-  std::vector<std::string> argv_;
-  std::vector<std::string> env_;
-  pid_t pid_ = -1;
-};
-
 struct ActiveFault {
   InjectedFault record;
   Clock::time_point heal_at;
@@ -160,7 +66,10 @@ struct ActiveFault {
 class Orchestrator {
  public:
   Orchestrator(RunSettings settings, const std::string& uri, std::string dir)
-      : settings_(std::move(settings)), dir_(std::move(dir)), uri_(uri) {
+      : settings_(std::move(settings)),
+        dir_(std::move(dir)),
+        uri_(uri),
+        control_(settings_.server_control, dir_ + "/server-control.log") {
     // many-leases is a condition of the whole run, not an injection on the schedule.
     for (const std::string& f : settings_.faults) {
       if (f != "many-leases") scheduled_.push_back(f);
@@ -265,7 +174,7 @@ class Orchestrator {
     record.grant_log = grants_of(record.register_events);
     record.left_held = held_after_run(record.grant_log);
     record.final_value = reg_->value();
-    record.control_failures = control_failures_;
+    record.control_failures = control_.failures();
     read_worker_logs(record);
     if (wanted(settings_.faults, "many-leases")) record.faults.push_back(many_leases(record));
     races_seen(record);
@@ -350,82 +259,6 @@ class Orchestrator {
     f.note = fmt::format("{} of {} workers held {} extra leases", holding, settings_.workers,
                          settings_.extra_leases);
     return f;
-  }
-
-  // Runs `server_control ARGS...` by fork/exec (no shell: the arguments are never parsed), its
-  // output appended to the run's server-control.log. True when it exited 0; a failure is kept
-  // for the report (the fault then did not take effect).
-  bool run_control(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {program_path(settings_.server_control)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> raw;
-    raw.reserve(argv.size() + 1);
-    for (auto& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    const std::string log = dir_ + "/server-control.log";
-    const int out =
-        ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (out >= 0) {
-        ::dup2(out, STDOUT_FILENO);
-        ::dup2(out, STDERR_FILENO);
-      }
-      sigset_t none;
-      sigemptyset(&none);
-      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      ::execv(raw[0], raw.data());
-      ::_exit(127);
-    }
-    if (out >= 0) ::close(out);
-    // Bounded: a control program that hangs fails (SIGKILL after kControlTimeout).
-    int status = 0;
-    bool ran = false, timed_out = false;
-    for (auto until = Clock::now() + kControlTimeout; pid > 0;) {
-      const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
-      if (reaped == pid) {
-        ran = true;
-        break;
-      }
-      if (reaped < 0 && errno != EINTR) break;
-      if (Clock::now() >= until) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    const bool ok = ran && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok) {
-      std::string words;
-      for (const auto& a : argv) words += (words.empty() ? "" : " ") + a;
-      control_failures_.push_back(
-          timed_out ? fmt::format(
-                          "'{}' did not finish within {} s", words,
-                          std::chrono::duration_cast<std::chrono::seconds>(kControlTimeout).count())
-          : !ran ? fmt::format("'{}' could not be started", words)
-          : WIFEXITED(status)
-              ? fmt::format("'{}' exited {}", words, WEXITSTATUS(status))
-              : fmt::format("'{}' was killed by signal {}", words, WTERMSIG(status)));
-    }
-    return ok;
-  }
-
-  // PROGRAM as given when it names a path, else its first match in PATH (as a shell would find
-  // it), looked up before fork().
-  static std::string program_path(const std::string& program) {
-    if (program.find('/') != std::string::npos) return program;
-    const char* path = std::getenv("PATH");
-    std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
-    while (!dirs.empty()) {
-      const std::size_t colon = std::min(dirs.find(':'), dirs.size());
-      std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), program);
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-      dirs.remove_prefix(std::min(colon + 1, dirs.size()));
-    }
-    return program;
   }
 
   // How long a probe waits for a reaction: long enough for a loaded server to answer, short
@@ -560,7 +393,7 @@ class Orchestrator {
       // Evidence (checker): the port refuses connections after the kill (polled a moment, for
       // a server that takes that long to go) and answers again after the restart.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      fault.record.took_effect = run_control({"kill", std::to_string(victim.port)});
+      fault.record.took_effect = control_.run({"kill", std::to_string(victim.port)});
       if (fault.record.took_effect) {
         fault.record.probe_during = probe_until(victim, protocol_, ProbeResult::kRefused,
                                                 probe_deadline(), milliseconds(1000));
@@ -576,7 +409,7 @@ class Orchestrator {
       // tokens than a PostgreSQL sequence logs ahead (32), so that a lost commit can show as a
       // repeated token. Once per run: the old primary stays down.
       const HostPort& primary = servers_.front();
-      const bool failed_over = run_control(
+      const bool failed_over = control_.run(
           {"failover", std::to_string(primary.port),
            fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
       fault.record.done_at = monotonic_now();  // `at`: when replication stalled
@@ -600,7 +433,7 @@ class Orchestrator {
       // Evidence (checker): a probe after the pause goes unanswered, one after the resume is
       // answered.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      fault.record.took_effect = run_control({"pause", std::to_string(victim.port)});
+      fault.record.took_effect = control_.run({"pause", std::to_string(victim.port)});
       if (fault.record.took_effect) {
         fault.record.probe_during = probe_server(victim, protocol_, probe_deadline());
       } else {
@@ -613,7 +446,7 @@ class Orchestrator {
       // within a renewal period (checker).
       if (auto inside = long_holder()) hit(*inside);
       fault.record.at = monotonic_now();
-      fault.record.took_effect = run_control({"admin-delete", admin_kind(uri_), settings_.key});
+      fault.record.took_effect = control_.run({"admin-delete", admin_kind(uri_), settings_.key});
       // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
       // can lose its key too: the delete is over when the program returns.
       fault.record.done_at = monotonic_now();
@@ -640,7 +473,7 @@ class Orchestrator {
       for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
       fault.record.took_effect = true;
       for (const HostPort& server : servers_) {
-        fault.record.took_effect &= run_control({"fill", std::to_string(server.port)});
+        fault.record.took_effect &= control_.run({"fill", std::to_string(server.port)});
       }
       if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
       for (std::size_t i = 0; i < servers_.size(); ++i) {
@@ -684,7 +517,7 @@ class Orchestrator {
     }
     if (fault.jumped_worker) (void)cli::replace_file(clock_file(*fault.jumped_worker), "+0\n");
     if (fault.resume_server) {
-      if (run_control({"resume", std::to_string(fault.resume_server->port)})) {
+      if (control_.run({"resume", std::to_string(fault.resume_server->port)})) {
         fault.record.probe_after =
             probe_until(*fault.resume_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
                         answer_limit());
@@ -694,7 +527,7 @@ class Orchestrator {
       }
     }
     if (fault.restart_server) {
-      if (run_control({"start"})) {
+      if (control_.run({"start"})) {
         fault.record.probe_after =
             probe_until(*fault.restart_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
                         answer_limit());
@@ -799,7 +632,7 @@ class Orchestrator {
   std::vector<HostPort> servers_;  // for the control program's faults: the servers of the URI
   ProbeProtocol protocol_ = ProbeProtocol::kRedis;  // how to probe them
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::vector<std::string> control_failures_;
+  ControlProgram control_;
 };
 
 }  // namespace
