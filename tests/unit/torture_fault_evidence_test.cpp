@@ -106,32 +106,54 @@ TEST(TortureChecker, FaultsOfTheControlProgramNeedWhatTheServersShowedNotItsExit
   EXPECT_EQ(verdict(evict), Verdict::kSafe);
   evict.evicted_before = -1, evict.evicted_after = -1;  // INFO unreadable
   EXPECT_EQ(verdict(evict), Verdict::kInconclusive);
-  evict.over_maxmemory = true;  // a noeviction server filled up: it refuses writes
+  evict.filled_up = true;  // the fill took a noeviction server past its maxmemory
   EXPECT_EQ(verdict(evict), Verdict::kSafe);
 }
 
-// admin-delete: a holder was inside when the delete began, but the delete took nothing: the
-// holder wrote, left and reported its lease unlost, and nobody else was granted meanwhile. The
-// old evidence (a lease held at that moment) called it effective.
-TEST(TortureChecker, AnAdminDeleteNeedsItsHolderToLearnOfItOrBeOvertaken) {
+// admin-delete: worker 0 is in a long critical section when the delete begins, and keeps its
+// lease past the learning bound without lost(); nobody else is granted meanwhile. Whether the
+// delete did anything shows only in the inspections around it: the lock still held under token
+// 4 is a control program that did nothing (before: "a lease was held", so effective, and the
+// holder that never learned made the run UNSAFE); the lock found free is a delete its holder
+// never learned of (UNSAFE).
+TEST(TortureChecker, AnAdminDeleteNeedsEvidenceThatItTookTheLock) {
   History h;
   h.cycles(3, 1, 1, 0);
   h.acquire(0, 100 * kMs).grant(0, 4, 101 * kMs).enter(0, 4, 102 * kMs);
-  h.fault(fault("admin-delete", 150 * kMs, 2150 * kMs, true, 0, h.pid_of(0)));
+  InjectedFault del = fault("admin-delete", 150 * kMs, 2150 * kMs, true, 0, h.pid_of(0));
+  del.done_at = 155 * kMs;
+  del.inspected_at = 156 * kMs;
+  del.holder_before = del.holder_after = "1a2b3c4d";
+  del.token_before = del.token_after = 4;
+  h.fault(del);
   h.acquire(1, 160 * kMs);
-  h.write(0, 4, 4, 200 * kMs).exit(0, 4, 201 * kMs).lease(0, 4, 2100 * kMs, 202 * kMs);
-  h.grant(1, 5, 300 * kMs).enter(1, 5, 301 * kMs);
-  h.write(1, 5, 5, 302 * kMs).exit(1, 5, 303 * kMs).lease(1, 5, 2300 * kMs, 304 * kMs);
+  h.write(0, 4, 4, 1000 * kMs).exit(0, 4, 1001 * kMs).lease(0, 4, 2100 * kMs, 1050 * kMs);
+  h.grant(1, 5, 1100 * kMs).enter(1, 5, 1101 * kMs).write(1, 5, 5, 1102 * kMs);
+  h.exit(1, 5, 1103 * kMs).lease(1, 5, 3100 * kMs, 1104 * kMs);
+  h.r.leases.back().granted_at = 1100 * kMs;  // after the delete: not one it took
   CheckOptions o = options();
   o.requested_faults = {"admin-delete"};
-  Report report = check(h.r, o);
-  EXPECT_EQ(report.verdict(), Verdict::kInconclusive) << testing::PrintToString(report.violations);
-  EXPECT_EQ(report.by_fault["admin-delete"].effective, 0u);
+  Report nothing = check(h.r, o);
+  EXPECT_EQ(nothing.verdict(), Verdict::kInconclusive)
+      << testing::PrintToString(nothing.violations);
+  EXPECT_EQ(nothing.by_fault["admin-delete"].effective, 0u);
+  EXPECT_EQ(nothing.deletions_unnoticed, 0u) << "a delete that took nothing is no delete";
 
-  h.r.leases[3].lost = true;  // worker 0 learned of the delete (its renewal found the key gone)
-  h.r.leases[3].fired_at = 190 * kMs;
-  EXPECT_EQ(check(h.r, o).by_fault["admin-delete"].effective, 1u);
-  EXPECT_EQ(check(h.r, o).verdict(), Verdict::kSafe);
+  h.r.faults[0].holder_after = "", h.r.faults[0].token_after = 0;  // found free: it took the lock
+  Report unnoticed = check(h.r, o);
+  EXPECT_EQ(unnoticed.by_fault["admin-delete"].effective, 1u);
+  EXPECT_EQ(unnoticed.deletions_unnoticed, 1u);
+  EXPECT_EQ(unnoticed.verdict(), Verdict::kUnsafe);
+
+  h.r.faults[0].inspected_at = 0;  // not inspected, but worker 0 learned of it in time
+  h.r.leases[3].lost = true;
+  h.r.leases[3].fired_at = 500 * kMs;
+  Report told = check(h.r, o);
+  EXPECT_EQ(told.by_fault["admin-delete"].effective, 1u);
+  EXPECT_EQ(told.verdict(), Verdict::kSafe) << testing::PrintToString(told.violations);
+
+  h.r.faults[0].pid = 0;  // nobody was inside when it began
+  EXPECT_EQ(check(h.r, o).verdict(), Verdict::kInconclusive);
 }
 
 // A pause counts only when the paused worker then lost its lease or was refused; a kill only

@@ -305,7 +305,8 @@ class Checker {
   // learning bound) must have been told lost() within the bound.
   void check_deletions() {
     for (const InjectedFault& f : record_.faults) {
-      if (f.kind != "admin-delete" || !f.took_effect) continue;
+      // Only a delete known to have taken the lock: one that did nothing is no fault at all.
+      if (f.kind != "admin-delete" || !f.took_effect || !deleted_under_holder(f)) continue;
       const Nanos bound = done(f) + learn_bound();
       for (const LeaseReport& lease : record_.leases) {
         // Only a lease held when the delete began is certainly hit; one granted while it ran
@@ -368,9 +369,10 @@ class Checker {
     }
     if (f.kind == "admin-delete") {
       if (!f.took_effect) return not_taken(f);
+      if (f.pid == 0) return "no worker was inside its critical section when it began";
       return deleted_under_holder(f) ? ""
-                                     : "the holder hit neither learned of a delete nor was "
-                                       "overtaken while inside (did the delete run?)";
+                                     : "no holder inside was seen losing the lock: it was not "
+                                       "told, not overtaken, and still held it when inspected";
     }
     if (f.kind == "minority-stall" || f.kind == "server-kill" || f.kind == "failover") {
       if (!f.took_effect) return not_taken(f);
@@ -398,9 +400,10 @@ class Checker {
     if (f.kind == "evict") {
       if (!f.took_effect) return not_taken(f);
       const bool evicted = f.evicted_before >= 0 && f.evicted_after > f.evicted_before;
-      if (evicted || f.over_maxmemory) return "";
-      return f.evicted_before < 0 ? "no server's INFO could be read (" + f.note + ")"
-                                  : "no key was evicted and no server was above its maxmemory";
+      if (evicted || f.filled_up) return "";
+      return f.evicted_before < 0
+                 ? "no server's INFO could be read (" + f.note + ")"
+                 : "no key was evicted and the fill took no server past its maxmemory";
     }
     return f.took_effect ? "" : not_taken(f);
   }
@@ -411,9 +414,11 @@ class Checker {
   }
 
   // admin-delete: the delete took the lock from the holder it hit (process f.pid, inside its
-  // critical section when the delete began): that holder's lease, granted before the delete,
-  // fired lost() after it began; or another process was granted the lock after the delete began
-  // while the hit holder was still inside (before its next EXIT, or its connection closing).
+  // critical section with token T when the delete began), as any of these shows: that holder's
+  // lease, granted before the delete, fired lost() after it began; another process was granted
+  // the lock after the delete began while the hit holder was still inside (before its next EXIT,
+  // or its connection closing); or the lock, held under T just before the delete, was free or
+  // another's when inspected just after it, the hit holder still inside.
   bool deleted_under_holder(const InjectedFault& f) const {
     if (f.pid == 0) return false;
     const Nanos until = f.healed_at + margin_;
@@ -423,13 +428,28 @@ class Checker {
                  l.fired_at <= until;
         });
     if (told) return true;
+    std::uint64_t token = 0;  // the hit holder's, if it was inside when the delete began
+    Nanos left_at = 0;        // when it left after the delete began (0: not seen)
+    bool overtaken = false;
     for (const RegisterEvent& e : record_.register_events) {
+      const bool leaves = e.kind == RegisterEvent::kExit || e.kind == RegisterEvent::kLeave;
+      if (e.pid == f.pid && e.at <= f.at) {
+        if (e.kind == RegisterEvent::kEnter) token = e.token;
+        if (leaves) token = 0;
+        continue;
+      }
       if (e.at < f.at) continue;
-      if (e.pid == f.pid && (e.kind == RegisterEvent::kExit || e.kind == RegisterEvent::kLeave))
-        return false;  // the hit holder left before anyone else was granted
-      if (e.pid != f.pid && e.kind == RegisterEvent::kGrant) return true;
+      if (e.pid == f.pid && leaves) {
+        left_at = e.at;
+        break;
+      }
+      overtaken |= e.kind == RegisterEvent::kGrant;  // another process, the holder inside
     }
-    return false;
+    if (token == 0) return false;
+    if (overtaken) return true;
+    const bool still_inside = left_at == 0 || left_at > f.inspected_at;
+    const bool moved = f.holder_after != f.holder_before || f.token_after != f.token_before;
+    return f.inspected_at != 0 && f.token_before == token && moved && still_inside;
   }
 
   void check_faults() {

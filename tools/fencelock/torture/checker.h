@@ -26,11 +26,11 @@
 //                         callback had not run 100 ms after the token fired, with no pause of
 //                         that worker overlapping [valid_until, fired_at]
 //   unsignalled_expiries  a lease whose validity passed without lost() firing (same excuse)
-//   deletions_unnoticed   admin-delete took the lock from a holder (granted before the delete
-//                         began) that kept its lease past the learning bound (TTL/3 +
-//                         max(TTL/10, 200 ms) after the delete was over)
-//                         without lost() firing by then; overlaps with the next holder are
-//                         excused only for a holder that learned within that bound
+//   deletions_unnoticed   admin-delete took the lock (with evidence that it did, below) from a
+//                         holder (granted before the delete began) that kept its lease past
+//                         the learning bound (TTL/3 + max(TTL/10, 200 ms) after the delete was
+//                         over) without lost() firing by then; overlaps with the next holder
+//                         are excused only for a holder that learned within that bound
 //   left_held             the lock was still held, with a token granted in the run, a TTL after
 //                         every worker had exited (a lock held by nobody)
 // Observed (not violations): overlaps (critical sections that began while another was open),
@@ -47,9 +47,10 @@
 // never enough: server-kill: a probe after the kill was refused and one after the restart
 // answered; minority-stall: a probe after the pause went unanswered (silent) and one after the
 // resume answered; failover: the old primary refused, the standby answered; evict: INFO showed
-// evicted_keys grown or a server above its maxmemory; admin-delete: the holder it hit (inside
-// when it began) fired lost() for a lease granted before it, or another worker was granted while
-// that holder was still inside.
+// evicted_keys grown, or the fill took a server past its maxmemory; admin-delete: the holder it
+// hit (inside when it began) fired lost() for a lease granted before it, or another worker was
+// granted while that holder was still inside, or the lock inspected around the delete left the
+// holder's token while it was still inside.
 #pragma once
 
 #include <chrono>

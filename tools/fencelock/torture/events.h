@@ -110,12 +110,20 @@ struct InjectedFault {
   // (refused) and the standby (answered).
   ProbeResult probe_during = ProbeResult::kNotProbed;
   ProbeResult probe_after = ProbeResult::kNotProbed;
-  // evict: INFO of every server before and after the fill, summed over the servers read both
-  // times (-1: none was), and whether a server's used_memory was above its maxmemory after it
-  // (a noeviction server then refuses writes).
+  // evict: INFO of every server before and after the fill: evicted_keys summed over the
+  // servers read both times (-1: none was), and whether the fill took a server's used_memory
+  // from within its maxmemory to above it (a noeviction server then refuses writes).
   std::int64_t evicted_before = -1;
   std::int64_t evicted_after = -1;
-  bool over_maxmemory = false;
+  bool filled_up = false;
+  // admin-delete: the lock inspected just before the delete began and just after it was over
+  // (`inspected_at`): the holder's owner prefix ("" when free or not inspected) and token (0:
+  // none known).
+  std::string holder_before;
+  std::uint64_t token_before = 0;
+  std::string holder_after;
+  std::uint64_t token_after = 0;
+  Nanos inspected_at = 0;
 };
 
 struct RunRecord {

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -278,6 +280,20 @@ class Orchestrator {
     return memory;
   }
 
+  // Who holds the lock now, by inspect(): its owner prefix ("" when free, or when it cannot be
+  // inspected) and token (0: none known). One Client, connected on first use.
+  std::pair<std::string, std::uint64_t> holder_now() {
+    if (!inspector_) {
+      auto client = Client::connect(uri_);
+      if (!client.ok()) return {"", 0};
+      inspector_.emplace(std::move(*client));
+    }
+    auto seen = inspector_->inspect(*LockKey::make(settings_.key));
+    if (!seen.ok() || !seen->has_value()) return {"", 0};
+    return {(*seen)->owner_prefix.empty() ? "?" : (*seen)->owner_prefix,
+            (*seen)->token ? (*seen)->token->value() : 0};
+  }
+
   // admin-delete: a worker that has been between its read and its write for a while (a long
   // critical section, seen continuously), waiting up to one TTL; else any worker inside. The
   // delete then lands on a lease its holder keeps using, and the holder must learn of it.
@@ -444,12 +460,17 @@ class Orchestrator {
     } else if (kind == "admin-delete") {
       // The lock taken away behind a holder's back, as an operator would; the holder must learn
       // within a renewal period (checker).
+      // Evidence (checker): the lock is inspected just before and just after, so that a delete
+      // its holder never learns of still shows.
       if (auto inside = long_holder()) hit(*inside);
+      std::tie(fault.record.holder_before, fault.record.token_before) = holder_now();
       fault.record.at = monotonic_now();
       fault.record.took_effect = control_.run({"admin-delete", admin_kind(uri_), settings_.key});
       // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
       // can lose its key too: the delete is over when the program returns.
       fault.record.done_at = monotonic_now();
+      fault.record.inspected_at = monotonic_now();
+      std::tie(fault.record.holder_after, fault.record.token_after) = holder_now();
       if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
       fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
@@ -468,7 +489,7 @@ class Orchestrator {
       // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
       // evicts keys, fencelock's among them if its policy allows it.
       // Evidence (checker): INFO before and after the fill shows keys evicted, or a server
-      // above its maxmemory.
+      // that the fill took from within its maxmemory to above it.
       std::vector<std::optional<RedisMemory>> before;
       for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
       fault.record.took_effect = true;
@@ -478,10 +499,10 @@ class Orchestrator {
       if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
       for (std::size_t i = 0; i < servers_.size(); ++i) {
         const std::optional<RedisMemory> after = memory_of(servers_[i], fault.record);
-        if (!after) continue;
-        fault.record.over_maxmemory |=
-            after->maxmemory > 0 && after->used_memory > after->maxmemory;
-        if (!before[i]) continue;
+        if (!after || !before[i]) continue;
+        fault.record.filled_up |= after->maxmemory > 0 &&
+                                  before[i]->used_memory <= before[i]->maxmemory &&
+                                  after->used_memory > after->maxmemory;
         fault.record.evicted_before =
             std::max<std::int64_t>(fault.record.evicted_before, 0) + before[i]->evicted_keys;
         fault.record.evicted_after =
@@ -589,7 +610,12 @@ class Orchestrator {
                             {"probe_after", probe_result_name(f.probe_after)},
                             {"evicted_before", f.evicted_before},
                             {"evicted_after", f.evicted_after},
-                            {"over_maxmemory", f.over_maxmemory}}
+                            {"filled_up", f.filled_up},
+                            {"holder_before", f.holder_before},
+                            {"token_before", f.token_before},
+                            {"holder_after", f.holder_after},
+                            {"token_after", f.token_after},
+                            {"inspected_at", f.inspected_at}}
                  .dump()
           << "\n";
     }
@@ -633,6 +659,7 @@ class Orchestrator {
   ProbeProtocol protocol_ = ProbeProtocol::kRedis;  // how to probe them
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
   ControlProgram control_;
+  std::optional<Client> inspector_;  // admin-delete: looks at the lock around each delete
 };
 
 }  // namespace
