@@ -343,7 +343,8 @@ TEST(TortureCli, AFenceCounterDeletedMidRunIsATokenRegression) {
 }
 
 // Runs that prove nothing exit 2, INCONCLUSIVE: a squatter holds the key for the whole run (no
-// grant), or the server-control program fails (no server was ever killed).
+// grant), the server-control program fails (no server was ever killed), or it exits 0 and does
+// nothing (before, minority-stall and evict then counted as injected and the run was SAFE).
 TEST(TortureCli, RunsThatProveNothingAreInconclusive) {
   auto server = RedisServer::start();
   ASSERT_EQ(server->command({"SET", "fencelock:{squatted}", "someone", "PX", "120000"}), "OK");
@@ -359,6 +360,19 @@ TEST(TortureCli, RunsThatProveNothingAreInconclusive) {
   EXPECT_EQ(failing.value("verdict", ""), "INCONCLUSIVE") << failing.dump();
   EXPECT_EQ(failing["by_fault"]["server-kill"].value("effective", -1), 0) << failing.dump();
   EXPECT_NE(failing.dump().find("exited 1"), std::string::npos) << failing.dump();
+
+  auto nothing = torture(server->uri(),
+                         {"--duration", "6s", "--ttl", "1s", "--faults", "minority-stall,evict",
+                          "--server-control", "/bin/true"},
+                         2);
+  EXPECT_EQ(nothing.value("verdict", ""), "INCONCLUSIVE") << nothing.dump();
+  for (const char* kind : {"minority-stall", "evict"}) {
+    EXPECT_GE(nothing["by_fault"][kind].value("count", 0), 1) << kind << ": " << nothing.dump();
+    EXPECT_EQ(nothing["by_fault"][kind].value("effective", -1), 0)
+        << kind << ": " << nothing.dump();
+  }
+  EXPECT_NE(nothing.dump().find("did not stay silent"), std::string::npos) << nothing.dump();
+  EXPECT_NE(nothing.dump().find("no key was evicted"), std::string::npos) << nothing.dump();
 }
 
 TEST(TortureCli, BadOptionsAndUnreachableBackendsAreClearErrors) {

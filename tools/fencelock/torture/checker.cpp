@@ -73,13 +73,20 @@ class Checker {
     });
   }
 
-  // Whether `t` lies within a fault that can end a holder's session or process (kill, drop,
-  // partition, server-kill, failover), or one TTL after it.
-  bool in_session_fault(Nanos t) const {
+  // PostgreSQL advisory locks only (a lock freed the moment its holder's session ends): whether
+  // a fault that took effect ended the session of the holder in process `pid`, whose report is
+  // `lease` (nullptr: none), at `t` or up to one TTL before. Its process was killed (SIGKILL:
+  // it wrote no report); or a fault cut every session (drop resets every proxied connection,
+  // partition freezes them and a holder whose health check fails closes its session, server-kill
+  // and failover end the server's sessions) and the holder was told (its report says lost) or left
+  // no report.
+  bool session_ended(long pid, const LeaseReport* lease, Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      const bool ends_sessions = f.kind == "kill" || f.kind == "drop" || f.kind == "partition" ||
-                                 f.kind == "server-kill" || f.kind == "failover";
-      return ends_sessions && f.at <= t && t <= f.healed_at + margin_;
+      if (!f.took_effect || t < f.at || t > f.healed_at + margin_) return false;
+      if (f.kind == "kill") return f.pid == pid && lease == nullptr;
+      const bool cuts_every_session = f.kind == "drop" || f.kind == "partition" ||
+                                      f.kind == "server-kill" || f.kind == "failover";
+      return cuts_every_session && (lease == nullptr || lease->lost);
     });
   }
 
@@ -125,13 +132,16 @@ class Checker {
     if ((a != nullptr && a->valid_until <= t) || (b != nullptr && b->valid_until <= t)) {
       return OverlapKind::kAfterExpiry;
     }
-    // Without a report a holder's validity is unknown (a killed worker writes none); a backend
-    // that promises no validity frees a lock when its session dies, which only a fault that
-    // ends sessions does, and then the older holder is told (its report says lost).
     if (a != nullptr && deleted_and_told(*a, t)) return OverlapKind::kExcused;
-    const bool unknown = a == nullptr || b == nullptr;
-    const bool session_lost = !options_.validity_bound && (a == nullptr || a->lost);
-    if ((unknown || session_lost) && in_session_fault(t)) return OverlapKind::kExcused;
+    // Redis, Redlock, PostgreSQL lease mode and etcd keep a lock until it expires, whatever
+    // happens to its holder's process or connection: no kill or dropped connection explains a
+    // second grant, and a holder that left no report (a killed worker) is no excuse. Only a
+    // report can show that a validity had passed (above).
+    if (options_.validity_bound) return OverlapKind::kViolation;
+    // A PostgreSQL advisory lock is freed the moment its holder's session ends, so a fault that
+    // ended the older holder's session explains the newer grant; a fault that hit another
+    // worker, or that took no effect, explains nothing.
+    if (session_ended(pid, a, t)) return OverlapKind::kExcused;
     return OverlapKind::kViolation;
   }
 
@@ -147,8 +157,11 @@ class Checker {
         violation(
             lease == nullptr
                 ? fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
-                              "(token {}) was inside, outside any fault",
-                              e.worker, e.token, holder.worker, holder.token)
+                              "(token {}) was inside, which left no lease report, and {}",
+                              e.worker, e.token, holder.worker, holder.token,
+                              options_.validity_bound
+                                  ? "this backend frees a held lock only when it expires"
+                                  : "no fault that took effect had ended its session")
                 : fmt::format("mutual exclusion: worker {} (token {}) entered while worker {} "
                               "(token {}) was inside with {:.1f} ms of validity left",
                               e.worker, e.token, holder.worker, holder.token,
@@ -292,7 +305,8 @@ class Checker {
   // learning bound) must have been told lost() within the bound.
   void check_deletions() {
     for (const InjectedFault& f : record_.faults) {
-      if (f.kind != "admin-delete" || !f.took_effect) continue;
+      // Only a delete known to have taken the lock: one that did nothing is no fault at all.
+      if (f.kind != "admin-delete" || !f.took_effect || !deleted_under_holder(f)) continue;
       const Nanos bound = done(f) + learn_bound();
       for (const LeaseReport& lease : record_.leases) {
         // Only a lease held when the delete began is certainly hit; one granted while it ran
@@ -318,7 +332,7 @@ class Checker {
     const Nanos until = f.healed_at + margin_;
     const auto& events = record_.register_events;
     if (f.kind == "pause") {
-      if (!f.took_effect) return f.note;
+      if (!f.took_effect) return not_taken(f);
       const bool lost =
           std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
             return l.pid == f.pid && l.lost && l.observed_at >= f.at && l.observed_at <= until;
@@ -331,7 +345,7 @@ class Checker {
       return lost || refused ? "" : "the paused worker neither lost its lease nor was refused";
     }
     if (f.kind == "kill") {
-      if (!f.took_effect) return f.note;
+      if (!f.took_effect) return not_taken(f);
       const bool restarted = std::any_of(events.begin(), events.end(), [&](const RegisterEvent& e) {
         return e.kind == RegisterEvent::kHello && e.worker == f.worker && e.pid != f.pid &&
                e.at >= f.at;
@@ -354,15 +368,88 @@ class Checker {
                               : "the worker's clock was never seen running slow";
     }
     if (f.kind == "admin-delete") {
-      if (!f.took_effect) return f.note;
-      // A holder was there: a lease granted before the delete and still held after it.
-      const bool held =
-          std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
-            return l.granted_at <= f.at && l.observed_at >= f.at && l.observed_at <= until;
-          });
-      return held ? "" : "no lease was held at the moment of the delete";
+      if (!f.took_effect) return not_taken(f);
+      if (f.pid == 0) return "no worker was inside its critical section when it began";
+      return deleted_under_holder(f) ? ""
+                                     : "no holder inside was seen losing the lock: it was not "
+                                       "told, not overtaken, and still held it when inspected";
     }
-    return f.took_effect ? "" : (f.note.empty() ? "no effect was seen" : f.note);
+    if (f.kind == "minority-stall" || f.kind == "server-kill" || f.kind == "failover") {
+      if (!f.took_effect) return not_taken(f);
+      // What the server itself showed: a control program's exit status proves nothing.
+      const bool stall = f.kind == "minority-stall", kill = f.kind == "server-kill";
+      const ProbeResult during = stall ? ProbeResult::kSilent : ProbeResult::kRefused;
+      if (f.probe_during != during) {
+        return fmt::format("{} ({})",
+                           stall  ? "the paused server did not stay silent to a probe after the "
+                                    "pause"
+                           : kill ? "the killed server did not refuse connections after the kill"
+                                  : "the old primary did not refuse connections after the "
+                                    "failover",
+                           probe_result_name(f.probe_during));
+      }
+      if (f.probe_after != ProbeResult::kAnswered) {
+        return fmt::format("{} ({})",
+                           stall  ? "the paused server did not answer a probe after the resume"
+                           : kill ? "the killed server did not answer a probe after the restart"
+                                  : "the standby did not answer a probe after the failover",
+                           probe_result_name(f.probe_after));
+      }
+      return "";
+    }
+    if (f.kind == "evict") {
+      if (!f.took_effect) return not_taken(f);
+      const bool evicted = f.evicted_before >= 0 && f.evicted_after > f.evicted_before;
+      if (evicted || f.filled_up) return "";
+      return f.evicted_before < 0
+                 ? "no server's INFO could be read (" + f.note + ")"
+                 : "no key was evicted and the fill took no server past its maxmemory";
+    }
+    return f.took_effect ? "" : not_taken(f);
+  }
+
+  // Why a fault the orchestrator saw fail did not take effect (never "": that would count it).
+  static std::string not_taken(const InjectedFault& f) {
+    return f.note.empty() ? "no effect was seen" : f.note;
+  }
+
+  // admin-delete: the delete took the lock from the holder it hit (process f.pid, inside its
+  // critical section with token T when the delete began), as any of these shows: that holder's
+  // lease, granted before the delete, fired lost() after it began; another process was granted
+  // the lock after the delete began while the hit holder was still inside (before its next EXIT,
+  // or its connection closing); or the lock, held under T just before the delete, was free or
+  // another's when inspected just after it, the hit holder still inside.
+  bool deleted_under_holder(const InjectedFault& f) const {
+    if (f.pid == 0) return false;
+    const Nanos until = f.healed_at + margin_;
+    const bool told =
+        std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
+          return l.pid == f.pid && l.granted_at <= f.at && l.lost && l.fired_at >= f.at &&
+                 l.fired_at <= until;
+        });
+    if (told) return true;
+    std::uint64_t token = 0;  // the hit holder's, if it was inside when the delete began
+    Nanos left_at = 0;        // when it left after the delete began (0: not seen)
+    bool overtaken = false;
+    for (const RegisterEvent& e : record_.register_events) {
+      const bool leaves = e.kind == RegisterEvent::kExit || e.kind == RegisterEvent::kLeave;
+      if (e.pid == f.pid && e.at <= f.at) {
+        if (e.kind == RegisterEvent::kEnter) token = e.token;
+        if (leaves) token = 0;
+        continue;
+      }
+      if (e.at < f.at) continue;
+      if (e.pid == f.pid && leaves) {
+        left_at = e.at;
+        break;
+      }
+      overtaken |= e.kind == RegisterEvent::kGrant;  // another process, the holder inside
+    }
+    if (token == 0) return false;
+    if (overtaken) return true;
+    const bool still_inside = left_at == 0 || left_at > f.inspected_at;
+    const bool moved = f.holder_after != f.holder_before || f.token_after != f.token_before;
+    return f.inspected_at != 0 && f.token_before == token && moved && still_inside;
   }
 
   void check_faults() {

@@ -1,5 +1,6 @@
 // The torture checker: pure analysis of a RunRecord (no I/O), unit-tested with hand-made histories
-// (tests/unit/torture_checker_test.cpp), one per property: each verdict must be able to fail.
+// (tests/unit/torture_checker_test.cpp, torture_fault_evidence_test.cpp), one per property: each
+// verdict must be able to fail.
 //
 // Safety (each must be 0, else the verdict is UNSAFE):
 //   fenced_violations     an applied write whose token is below one the fence had admitted before
@@ -11,20 +12,25 @@
 //                         completed before it began (register clock), or a token granted twice
 //   exclusion_violations  a critical section that began while another holder was inside and
 //                         both leases were still valid by their holders' own valid_until(),
-//                         unless excused: a clock was faked (skew); or, during a fault that ends
-//                         sessions or processes (kill, drop, partition, server-kill) or within
-//                         one TTL after it, a holder left no report (a killed worker), or the
-//                         backend promises no validity (PostgreSQL advisory) and the older
-//                         holder was told its lease was lost
+//                         unless excused: a clock was faked (skew); an admin-delete took the
+//                         older lease and its holder learned in time (below); or, only where a
+//                         lock is freed the moment its holder's session ends (PostgreSQL
+//                         advisory, `validity_bound` false), a fault that took effect ended the
+//                         older holder's session at most one TTL before: a kill of that very
+//                         worker (which left no report), or a drop, partition, server-kill or
+//                         failover after which it was told its lease was lost. Where a lock
+//                         lives until it expires (Redis, Redlock, lease mode, etcd) no kill or
+//                         network fault explains a second grant, and a missing report is no
+//                         excuse: only a report shows a validity that had passed
 //   late_lost             lost() fired more than `lost_allowance` after valid_until(), or its
 //                         callback had not run 100 ms after the token fired, with no pause of
 //                         that worker overlapping [valid_until, fired_at]
 //   unsignalled_expiries  a lease whose validity passed without lost() firing (same excuse)
-//   deletions_unnoticed   admin-delete took the lock from a holder (granted before the delete
-//                         began) that kept its lease past the learning bound (TTL/3 +
-//                         max(TTL/10, 200 ms) after the delete was over)
-//                         without lost() firing by then; overlaps with the next holder are
-//                         excused only for a holder that learned within that bound
+//   deletions_unnoticed   admin-delete took the lock (with evidence that it did, below) from a
+//                         holder (granted before the delete began) that kept its lease past
+//                         the learning bound (TTL/3 + max(TTL/10, 200 ms) after the delete was
+//                         over) without lost() firing by then; overlaps with the next holder
+//                         are excused only for a holder that learned within that bound
 //   left_held             the lock was still held, with a token granted in the run, a TTL after
 //                         every worker had exited (a lock held by nobody)
 // Observed (not violations): overlaps (critical sections that began while another was open),
@@ -36,10 +42,15 @@
 // effect (pause: the worker was stopped and then lost its lease or had a read or write refused;
 // kill: it died of SIGKILL and a new worker said hello; skew: the new worker's clock ran at less
 // than half speed; jump: its wall clock was 20 s or more behind; network faults: the proxies
-// delayed, reset or froze a connection; server-kill: the control program succeeded both ways and
-// the port refused connections; minority-stall: pause and resume succeeded; admin-delete: the
-// a lease was held at that moment (granted before it, looked at after it); many-leases: every
-// worker held its extra leases); a control program that failed.
+// delayed, reset or froze a connection; many-leases: every worker held its extra leases); a
+// control program that failed. For the faults of the server-control program its exit status is
+// never enough: server-kill: a probe after the kill was refused and one after the restart
+// answered; minority-stall: a probe after the pause went unanswered (silent) and one after the
+// resume answered; failover: the old primary refused, the standby answered; evict: INFO showed
+// evicted_keys grown, or the fill took a server past its maxmemory; admin-delete: the holder it
+// hit (inside when it began) fired lost() for a lease granted before it, or another worker was
+// granted while that holder was still inside, or the lock inspected around the delete left the
+// holder's token while it was still inside.
 #pragma once
 
 #include <chrono>

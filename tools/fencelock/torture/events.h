@@ -77,19 +77,53 @@ struct PauseWindow {
   Nanos to = 0;
 };
 
+// What one probe of a server saw (server_probe.h): a fresh connection, one request of the
+// server's own protocol, a short deadline for any reaction.
+enum class ProbeResult {
+  kNotProbed,  // no probe ran
+  kAnswered,   // a reply came, or the server closed the connection: its process runs
+  kSilent,     // the connection opened and nothing came back by the deadline: a stopped process
+  kRefused,    // the connection was refused or reset: nothing listens
+  kUnknown,    // the host did not resolve or the socket failed: no evidence either way
+};
+
+// "not probed", "answered", "silent", "refused", "unknown".
+const char* probe_result_name(ProbeResult result);
+
 struct InjectedFault {
   std::string kind;  // pause, kill, latency, drop, partition, skew, jump, server-kill
   Nanos at = 0;
   Nanos healed_at = 0;
   int worker = -1;  // pause, kill, skew, jump: the worker it hit
   long pid = 0;     // pause, kill, jump: that worker's process; skew: the skewed process
-  // What the orchestrator saw of the fault's effect (the checker adds what the logs show):
-  // pause: the process was seen stopped; kill: it died of SIGKILL; latency/drop/partition: the
-  // proxies delayed, reset or froze something; server-kill: the control program succeeded both
-  // ways and the server's port refused connections while it was down.
+  // What the orchestrator saw of the fault's effect (the checker adds what the logs and the
+  // evidence below show): pause: the process was seen stopped; kill: it died of SIGKILL;
+  // latency/drop/partition/delay-one: the proxies delayed, reset or froze something; the faults
+  // of the server-control program (server-kill, minority-stall, evict, admin-delete, failover):
+  // every call of the program exited 0, which alone proves nothing (a `true` would do).
   bool took_effect = false;
   Nanos done_at = 0;  // admin-delete: when the control program returned (the delete was over)
   std::string note;   // why not, or a detail ("control program exited 1")
+  // The hit server probed while the fault was on and after it healed: minority-stall: after the
+  // pause (silent expected) and after the resume (answered); server-kill: after the kill
+  // (refused) and after the restart (answered); failover: the old primary after the failover
+  // (refused) and the standby (answered).
+  ProbeResult probe_during = ProbeResult::kNotProbed;
+  ProbeResult probe_after = ProbeResult::kNotProbed;
+  // evict: INFO of every server before and after the fill: evicted_keys summed over the
+  // servers read both times (-1: none was), and whether the fill took a server's used_memory
+  // from within its maxmemory to above it (a noeviction server then refuses writes).
+  std::int64_t evicted_before = -1;
+  std::int64_t evicted_after = -1;
+  bool filled_up = false;
+  // admin-delete: the lock inspected just before the delete began and just after it was over
+  // (`inspected_at`): the holder's owner prefix ("" when free or not inspected) and token (0:
+  // none known).
+  std::string holder_before;
+  std::uint64_t token_before = 0;
+  std::string holder_after;
+  std::uint64_t token_after = 0;
+  Nanos inspected_at = 0;
 };
 
 struct RunRecord {

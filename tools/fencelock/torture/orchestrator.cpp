@@ -1,17 +1,7 @@
 #include "torture/orchestrator.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,14 +10,18 @@
 #include <stdexcept>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fencelock/client.h"
 #include "private_files.h"
+#include "torture/child_processes.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
+#include "torture/server_probe.h"
 #include "torture/shared_register.h"
 
 namespace fencelock::torture {
@@ -38,8 +32,6 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-// How long one call of the server-control program may take.
-constexpr std::chrono::seconds kControlTimeout{60};
 
 bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
   return std::find(faults.begin(), faults.end(), kind) != faults.end();
@@ -61,122 +53,25 @@ bool needs_proxy(const std::vector<std::string>& faults) {
   return false;
 }
 
-// One worker process, started by re-executing this program.
-class WorkerProcess {
- public:
-  // The backend URI travels in the environment (FENCELOCK_BACKEND), not in the argument list
-  // that every user of the machine can read.
-  WorkerProcess(int id, std::vector<std::string> argv, const std::string& backend,
-                std::vector<std::string> env)
-      : id_(id), argv_(std::move(argv)) {
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!std::string_view(*e).starts_with("FENCELOCK_BACKEND=")) env_.emplace_back(*e);
-    }
-    env_.push_back("FENCELOCK_BACKEND=" + backend);
-    env_.insert(env_.end(), env.begin(), env.end());
-    start();
-  }
-  ~WorkerProcess() { kill_and_reap(); }
-
-  // `extra_env` is added for this start only (a skewed clock); "NAME=" removes NAME.
-  void start(const std::vector<std::string>& extra_env = {}) {
-    std::vector<char*> raw, env;
-    std::vector<std::string> extra = extra_env;
-    for (auto& a : argv_) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    for (auto& e : env_) {
-      const std::string_view name = std::string_view(e).substr(0, e.find('=') + 1);
-      bool replaced = false;
-      for (auto& x : extra) replaced |= std::string_view(x).starts_with(name);
-      if (!replaced) env.push_back(e.data());
-    }
-    for (auto& e : extra) {
-      if (e.back() != '=') env.push_back(e.data());  // "NAME=" only removes NAME
-    }
-    env.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      sigset_t none;
-      sigemptyset(&none);
-      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      ::execve("/proc/self/exe", raw.data(), env.data());
-      ::_exit(127);
-    }
-  }
-  void signal(int sig) const {
-    if (pid_ > 0) ::kill(pid_, sig);
-  }
-  long pid() const { return static_cast<long>(pid_); }
-  // True when the process is stopped (SIGSTOP took effect): state 'T' in /proc/PID/stat.
-  bool stopped() const {
-    std::ifstream stat(fmt::format("/proc/{}/stat", pid_));
-    std::string line;
-    std::getline(stat, line);
-    auto close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T';
-  }
-  // Waits up to `limit` for the process to exit; true when it did.
-  bool wait_for(milliseconds limit) {
-    for (auto until = Clock::now() + limit; pid_ > 0;
-         std::this_thread::sleep_for(milliseconds(20))) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return true;
-      }
-      if (Clock::now() >= until) return false;
-    }
-    return true;
-  }
-  // True when the process died of this SIGKILL (not of something else before it).
-  bool kill_and_reap() {
-    if (pid_ <= 0) return false;
-    ::kill(pid_, SIGKILL);
-    ::kill(pid_, SIGCONT);
-    int status = 0;
-    const bool reaped = ::waitpid(pid_, &status, 0) == pid_;
-    pid_ = -1;
-    return reaped && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-  }
-  int id() const { return id_; }
-
- private:
-  int id_;
-  std::vector<std::string> argv_;
-  std::vector<std::string> env_;
-  pid_t pid_ = -1;
-};
-
 struct ActiveFault {
   InjectedFault record;
   Clock::time_point heal_at;
   std::optional<int> paused_worker;
   std::optional<int> skewed_worker;
   std::optional<int> jumped_worker;
-  bool restart_servers = false;
-  std::optional<std::uint16_t> resume_port;  // minority-stall: the paused server
-  bool racing = false;                       // cancel-race: the workers were told to race
+  std::optional<HostPort> restart_server;  // server-kill: the killed server
+  std::optional<HostPort> resume_server;   // minority-stall: the paused server
+  bool racing = false;                     // cancel-race: the workers were told to race
   std::uint64_t proxy_actions_before = 0;
 };
-
-// Whether a TCP connection to host:port is refused or fails (the server is down). A host that
-// is not an IPv4 address cannot be checked: nullopt.
-std::optional<bool> port_refuses(const std::string& host, std::uint16_t port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return std::nullopt;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  const bool refused = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0;
-  ::close(fd);
-  return refused;
-}
 
 class Orchestrator {
  public:
   Orchestrator(RunSettings settings, const std::string& uri, std::string dir)
-      : settings_(std::move(settings)), dir_(std::move(dir)), uri_(uri) {
+      : settings_(std::move(settings)),
+        dir_(std::move(dir)),
+        uri_(uri),
+        control_(settings_.server_control, dir_ + "/server-control.log") {
     // many-leases is a condition of the whole run, not an injection on the schedule.
     for (const std::string& f : settings_.faults) {
       if (f != "many-leases") scheduled_.push_back(f);
@@ -202,6 +97,9 @@ class Orchestrator {
                         kind));
       }
     }
+    if (wanted(settings_.faults, "evict") && probe_protocol(uri) != ProbeProtocol::kRedis) {
+      throw std::invalid_argument("the fault evict needs a redis:// or redlock:// backend");
+    }
     if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
@@ -215,6 +113,7 @@ class Orchestrator {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
+      protocol_ = probe_protocol(uri).value_or(ProbeProtocol::kRedis);
     }
     if (needs_proxy(settings_.faults)) {
       auto split = split_uri(uri);
@@ -277,7 +176,7 @@ class Orchestrator {
     record.grant_log = grants_of(record.register_events);
     record.left_held = held_after_run(record.grant_log);
     record.final_value = reg_->value();
-    record.control_failures = control_failures_;
+    record.control_failures = control_.failures();
     read_worker_logs(record);
     if (wanted(settings_.faults, "many-leases")) record.faults.push_back(many_leases(record));
     races_seen(record);
@@ -364,80 +263,55 @@ class Orchestrator {
     return f;
   }
 
-  // Runs `server_control ARGS...` by fork/exec (no shell: the arguments are never parsed), its
-  // output appended to the run's server-control.log. True when it exited 0; a failure is kept
-  // for the report (the fault then did not take effect).
-  bool run_control(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {program_path(settings_.server_control)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> raw;
-    raw.reserve(argv.size() + 1);
-    for (auto& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    const std::string log = dir_ + "/server-control.log";
-    const int out =
-        ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (out >= 0) {
-        ::dup2(out, STDOUT_FILENO);
-        ::dup2(out, STDERR_FILENO);
-      }
-      sigset_t none;
-      sigemptyset(&none);
-      ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      ::execv(raw[0], raw.data());
-      ::_exit(127);
-    }
-    if (out >= 0) ::close(out);
-    // Bounded: a control program that hangs fails (SIGKILL after kControlTimeout).
-    int status = 0;
-    bool ran = false, timed_out = false;
-    for (auto until = Clock::now() + kControlTimeout; pid > 0;) {
-      const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
-      if (reaped == pid) {
-        ran = true;
-        break;
-      }
-      if (reaped < 0 && errno != EINTR) break;
-      if (Clock::now() >= until) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    const bool ok = ran && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok) {
-      std::string words;
-      for (const auto& a : argv) words += (words.empty() ? "" : " ") + a;
-      control_failures_.push_back(
-          timed_out ? fmt::format(
-                          "'{}' did not finish within {} s", words,
-                          std::chrono::duration_cast<std::chrono::seconds>(kControlTimeout).count())
-          : !ran ? fmt::format("'{}' could not be started", words)
-          : WIFEXITED(status)
-              ? fmt::format("'{}' exited {}", words, WEXITSTATUS(status))
-              : fmt::format("'{}' was killed by signal {}", words, WTERMSIG(status)));
-    }
-    return ok;
+  // How long a probe waits for a reaction: long enough for a loaded server to answer, short
+  // enough to end inside the shortest fault (1.5 TTL).
+  milliseconds probe_deadline() const {
+    return std::clamp(settings_.ttl / 2, milliseconds(100), milliseconds(500));
+  }
+  // How long a server may take to answer again after a resume or a restart.
+  milliseconds answer_limit() const { return std::max(settings_.ttl, milliseconds(2000)); }
+
+  // INFO of one Redis; what could not be read goes into the fault's note.
+  std::optional<RedisMemory> memory_of(const HostPort& server, InjectedFault& fault) const {
+    std::string why;
+    auto memory = redis_memory(server, uri_, probe_deadline(), why);
+    if (!memory && fault.note.find(why) == std::string::npos)
+      fault.note += (fault.note.empty() ? "" : "; ") + why;
+    return memory;
   }
 
-  // PROGRAM as given when it names a path, else its first match in PATH (as a shell would find
-  // it), looked up before fork().
-  static std::string program_path(const std::string& program) {
-    if (program.find('/') != std::string::npos) return program;
-    const char* path = std::getenv("PATH");
-    std::string_view dirs = path != nullptr ? path : "/usr/bin:/bin";
-    while (!dirs.empty()) {
-      const std::size_t colon = std::min(dirs.find(':'), dirs.size());
-      std::string candidate = fmt::format("{}/{}", dirs.substr(0, colon), program);
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-      dirs.remove_prefix(std::min(colon + 1, dirs.size()));
+  // Who holds the lock now, by inspect(): its owner prefix ("" when free, or when it cannot be
+  // inspected) and token (0: none known). One Client, connected on first use.
+  std::pair<std::string, std::uint64_t> holder_now() {
+    if (!inspector_) {
+      auto client = Client::connect(uri_);
+      if (!client.ok()) return {"", 0};
+      inspector_.emplace(std::move(*client));
     }
-    return program;
+    auto seen = inspector_->inspect(*LockKey::make(settings_.key));
+    if (!seen.ok() || !seen->has_value()) return {"", 0};
+    return {(*seen)->owner_prefix.empty() ? "?" : (*seen)->owner_prefix,
+            (*seen)->token ? (*seen)->token->value() : 0};
+  }
+
+  // admin-delete: a worker that has been between its read and its write for a while (a long
+  // critical section, seen continuously), waiting up to one TTL; else any worker inside. The
+  // delete then lands on a lease its holder keeps using, and the holder must learn of it.
+  std::optional<int> long_holder() const {
+    const auto long_enough = std::min(settings_.critical * 4, settings_.ttl / 4);
+    std::optional<int> seen;
+    auto since = Clock::now();
+    for (const auto until = since + settings_.ttl; Clock::now() < until;
+         std::this_thread::sleep_for(milliseconds(2))) {
+      const std::optional<int> now = reg_->worker_between_read_and_write();
+      if (now != seen) {
+        seen = now;
+        since = Clock::now();
+      } else if (now && Clock::now() - since >= long_enough) {
+        return now;
+      }
+    }
+    return reg_->worker_inside();
   }
 
   std::uint64_t proxy_actions() const {
@@ -532,17 +406,17 @@ class Orchestrator {
       fault.heal_at += settings_.ttl * 2;
     } else if (kind == "server-kill") {
       // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
+      // Evidence (checker): the port refuses connections after the kill (polled a moment, for
+      // a server that takes that long to go) and answers again after the restart.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      const bool killed = run_control({"kill", std::to_string(victim.port)});
-      const std::optional<bool> down = port_refuses(victim.host, victim.port);
-      fault.record.took_effect = killed && down.value_or(true);
-      if (!killed) {
+      fault.record.took_effect = control_.run({"kill", std::to_string(victim.port)});
+      if (fault.record.took_effect) {
+        fault.record.probe_during = probe_until(victim, protocol_, ProbeResult::kRefused,
+                                                probe_deadline(), milliseconds(1000));
+      } else {
         fault.record.note = "the control program's kill failed";
-      } else if (!down.value_or(true)) {
-        fault.record.note = fmt::format("{}:{} still accepted connections after the kill",
-                                        victim.host, victim.port);
       }
-      fault.restart_servers = true;
+      fault.restart_server = victim;
       fault.heal_at += settings_.ttl;
     } else if (kind == "failover") {
       // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
@@ -551,34 +425,52 @@ class Orchestrator {
       // tokens than a PostgreSQL sequence logs ahead (32), so that a lost commit can show as a
       // repeated token. Once per run: the old primary stays down.
       const HostPort& primary = servers_.front();
-      const bool failed_over = run_control(
+      const bool failed_over = control_.run(
           {"failover", std::to_string(primary.port),
            fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
       fault.record.done_at = monotonic_now();  // `at`: when replication stalled
-      const std::optional<bool> down = port_refuses(primary.host, primary.port);
-      fault.record.took_effect = failed_over && down.value_or(true);
-      if (!failed_over) fault.record.note = "the control program's failover failed";
+      fault.record.took_effect = failed_over;
+      if (failed_over) {
+        // Evidence (checker): the old primary refuses connections, its standby answers.
+        fault.record.probe_during = probe_until(primary, protocol_, ProbeResult::kRefused,
+                                                probe_deadline(), milliseconds(1000));
+        fault.record.probe_after = servers_.size() < 2
+                                       ? ProbeResult::kUnknown
+                                       : probe_until(servers_[1], protocol_, ProbeResult::kAnswered,
+                                                     probe_deadline(), answer_limit());
+      } else {
+        fault.record.note = "the control program's failover failed";
+      }
       std::erase(scheduled_, std::string("failover"));
       fault.heal_at = Clock::now() + settings_.ttl * 2;
     } else if (kind == "minority-stall") {
       // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
       // back. Resumed 1.5 TTL later.
+      // Evidence (checker): a probe after the pause goes unanswered, one after the resume is
+      // answered.
       const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      fault.record.took_effect = run_control({"pause", std::to_string(victim.port)});
-      if (!fault.record.took_effect) fault.record.note = "the control program's pause failed";
-      fault.resume_port = victim.port;
+      fault.record.took_effect = control_.run({"pause", std::to_string(victim.port)});
+      if (fault.record.took_effect) {
+        fault.record.probe_during = probe_server(victim, protocol_, probe_deadline());
+      } else {
+        fault.record.note = "the control program's pause failed";
+      }
+      fault.resume_server = victim;
       fault.heal_at += settings_.ttl * 3 / 2;
     } else if (kind == "admin-delete") {
       // The lock taken away behind a holder's back, as an operator would; the holder must learn
       // within a renewal period (checker).
-      for (int i = 0; i < 500 && !reg_->worker_inside(); ++i)
-        std::this_thread::sleep_for(milliseconds(2));
-      if (auto inside = reg_->worker_inside()) hit(*inside);
+      // Evidence (checker): the lock is inspected just before and just after, so that a delete
+      // its holder never learns of still shows.
+      if (auto inside = long_holder()) hit(*inside);
+      std::tie(fault.record.holder_before, fault.record.token_before) = holder_now();
       fault.record.at = monotonic_now();
-      fault.record.took_effect = run_control({"admin-delete", admin_kind(uri_), settings_.key});
+      fault.record.took_effect = control_.run({"admin-delete", admin_kind(uri_), settings_.key});
       // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
       // can lose its key too: the delete is over when the program returns.
       fault.record.done_at = monotonic_now();
+      fault.record.inspected_at = monotonic_now();
+      std::tie(fault.record.holder_after, fault.record.token_after) = holder_now();
       if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
       fault.heal_at += settings_.ttl;
     } else if (kind == "latency") {
@@ -596,11 +488,26 @@ class Orchestrator {
     } else if (kind == "evict") {
       // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
       // evicts keys, fencelock's among them if its policy allows it.
+      // Evidence (checker): INFO before and after the fill shows keys evicted, or a server
+      // that the fill took from within its maxmemory to above it.
+      std::vector<std::optional<RedisMemory>> before;
+      for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
       fault.record.took_effect = true;
       for (const HostPort& server : servers_) {
-        fault.record.took_effect &= run_control({"fill", std::to_string(server.port)});
+        fault.record.took_effect &= control_.run({"fill", std::to_string(server.port)});
       }
       if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
+      for (std::size_t i = 0; i < servers_.size(); ++i) {
+        const std::optional<RedisMemory> after = memory_of(servers_[i], fault.record);
+        if (!after || !before[i]) continue;
+        fault.record.filled_up |= after->maxmemory > 0 &&
+                                  before[i]->used_memory <= before[i]->maxmemory &&
+                                  after->used_memory > after->maxmemory;
+        fault.record.evicted_before =
+            std::max<std::int64_t>(fault.record.evicted_before, 0) + before[i]->evicted_keys;
+        fault.record.evicted_after =
+            std::max<std::int64_t>(fault.record.evicted_after, 0) + after->evicted_keys;
+      }
       fault.heal_at += settings_.ttl;
     } else if (kind == "delay-one") {
       // One chunk on one connection to one server held for 1.5 TTL, in turn a request (a
@@ -630,14 +537,26 @@ class Orchestrator {
       w->start();
     }
     if (fault.jumped_worker) (void)cli::replace_file(clock_file(*fault.jumped_worker), "+0\n");
-    if (fault.resume_port && !run_control({"resume", std::to_string(*fault.resume_port)})) {
-      fault.record.took_effect = false;
-      fault.record.note = "the control program's resume failed";
+    if (fault.resume_server) {
+      if (control_.run({"resume", std::to_string(fault.resume_server->port)})) {
+        fault.record.probe_after =
+            probe_until(*fault.resume_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
+                        answer_limit());
+      } else {
+        fault.record.took_effect = false;
+        fault.record.note = "the control program's resume failed";
+      }
     }
-    if (fault.restart_servers && !run_control({"start"})) {
-      fault.record.took_effect = false;
-      fault.record.note += fault.record.note.empty() ? "the control program's start failed"
-                                                     : "; its start failed too";
+    if (fault.restart_server) {
+      if (control_.run({"start"})) {
+        fault.record.probe_after =
+            probe_until(*fault.restart_server, protocol_, ProbeResult::kAnswered, probe_deadline(),
+                        answer_limit());
+      } else {
+        fault.record.took_effect = false;
+        fault.record.note += fault.record.note.empty() ? "the control program's start failed"
+                                                       : "; its start failed too";
+      }
     }
     if (fault.paused_worker) {
       // Resume the stale holder while a newer one is between its read and its write (bounded).
@@ -686,7 +605,17 @@ class Orchestrator {
                             {"pid", f.pid},
                             {"took_effect", f.took_effect},
                             {"done_at", f.done_at},
-                            {"note", f.note}}
+                            {"note", f.note},
+                            {"probe_during", probe_result_name(f.probe_during)},
+                            {"probe_after", probe_result_name(f.probe_after)},
+                            {"evicted_before", f.evicted_before},
+                            {"evicted_after", f.evicted_after},
+                            {"filled_up", f.filled_up},
+                            {"holder_before", f.holder_before},
+                            {"token_before", f.token_before},
+                            {"holder_after", f.holder_after},
+                            {"token_after", f.token_after},
+                            {"inspected_at", f.inspected_at}}
                  .dump()
           << "\n";
     }
@@ -726,9 +655,11 @@ class Orchestrator {
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
-  std::vector<HostPort> servers_;  // for server-kill: the servers of the URI
+  std::vector<HostPort> servers_;  // for the control program's faults: the servers of the URI
+  ProbeProtocol protocol_ = ProbeProtocol::kRedis;  // how to probe them
   std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::vector<std::string> control_failures_;
+  ControlProgram control_;
+  std::optional<Client> inspector_;  // admin-delete: looks at the lock around each delete
 };
 
 }  // namespace

@@ -14,15 +14,18 @@
 // cancelled) about when a holder releases, for 2 TTL (SIGUSR1, SIGUSR2). evict runs `PROGRAM fill
 // PORT` on every server (memory pressure). minority-stall runs `PROGRAM pause PORT` and, 1.5 TTL
 // later, `PROGRAM resume PORT` (one server at a time); admin-delete runs `PROGRAM admin-delete KIND
-// KEY` (KIND redis, etcd, postgres-lease or postgres-advisory) once a worker is inside its critical
-// section; many-leases is no injection but a condition of the whole run (each worker holds
-// `extra_leases` long leases besides the contended one; the scheduled faults wait, at most half
-// the run, until every worker holds them), recorded as one fault spanning the run.
-// After the workers exit, the orchestrator inspects the lock (RunRecord::left_held).
+// KEY` (KIND redis, etcd, postgres-lease or postgres-advisory) once a worker has been between its
+// read and its write for a while (a long critical section; waited for up to one TTL); many-leases
+// is no injection but a condition of the whole run (each worker holds `extra_leases` long leases
+// besides the contended one; the scheduled faults wait, at most half the run, until every worker
+// holds them), recorded as one fault spanning the run. After the workers exit, the orchestrator
+// inspects the lock (RunRecord::left_held).
 //
 // Each fault records what the orchestrator saw of its effect (events.h InjectedFault); the
-// server-control program runs by fork/exec with an argument vector (no shell) and its exit
-// status counts.
+// server-control program runs by fork/exec with an argument vector (no shell). Its exit status
+// is never the only evidence: the orchestrator probes the server it hit (server_probe.h: silent
+// while paused, refusing while killed, answering afterwards) and reads a Redis's INFO around a
+// fill, and the checker decides from those records.
 //
 // Thread-safety: run_torture() blocks; call it from one thread at a time per directory.
 #pragma once

@@ -302,6 +302,22 @@ void RegisterClient::exit(int worker, std::uint64_t token) {
 
 void RegisterClient::tick(int worker) { (void)request("TICK " + head(worker)); }
 
+const char* probe_result_name(ProbeResult result) {
+  switch (result) {
+    case ProbeResult::kNotProbed:
+      return "not probed";
+    case ProbeResult::kAnswered:
+      return "answered";
+    case ProbeResult::kSilent:
+      return "silent";
+    case ProbeResult::kRefused:
+      return "refused";
+    case ProbeResult::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
 std::vector<GrantRecord> grants_of(const std::vector<RegisterEvent>& events) {
   std::map<long, Nanos> asked;  // by process: its last kAcquire
   std::vector<GrantRecord> out;
