@@ -18,6 +18,9 @@ PACKAGES=(
   redis-server redis-tools
   # PostgreSQL backend: libpq for the client, PostgreSQL 15 server and psql for tests and the demo
   libpq-dev postgresql postgresql-client
+  # PgBouncer in front of the test server (tests/support/pgbouncer.h): transaction and session
+  # pooling (tests/conformance/postgres_pooler_test.cpp)
+  pgbouncer
   # etcd backend: gRPC/protobuf code generation and libraries, etcd 3.4 server and etcdctl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   etcd-server etcd-client

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/log_internal.h"
 #include "core/mutex.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
@@ -16,6 +17,10 @@
 
 namespace fencelock::detail::postgres {
 namespace {
+
+// The health check of a holding session: alive, and still the one its mark names.
+constexpr std::string_view kStillMarked =
+    "SELECT current_setting('fencelock.session', true) IS NOT DISTINCT FROM $1";
 
 std::int64_t to_int(const PGresult* r, int row, int col) {
   return PQgetisnull(r, row, col) ? 0 : std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
@@ -76,10 +81,15 @@ class AdvisoryBackend final : public Backend {
       if (ready.code() == Code::kUnavailable) {
         kind = RenewOutcome::kRejected;  // the session died: its locks are gone
       } else if (ready.ok()) {
+        // The health check: the session is alive, and still the marked one (a pooler that
+        // moved the connection to another server session has left its locks behind).
         bool broken = false;
-        auto r = execute(session->conn.get(), "SELECT 1", {}, sent + options_.io_timeout, broken);
-        finish(session, broken || !r.ok());
-        kind = r.ok() ? RenewOutcome::kRenewed : RenewOutcome::kRejected;
+        auto r = execute(session->conn.get(), std::string(kStillMarked), {session->mark},
+                         sent + options_.io_timeout, broken);
+        const bool kept = r.ok() && std::string_view(PQgetvalue(r->get(), 0, 0)) == "t";
+        if (r.ok() && !kept) log_not_kept();
+        finish(session, broken || !kept);
+        kind = kept ? RenewOutcome::kRenewed : RenewOutcome::kRejected;
       }
       for (std::size_t i : indices) {
         out[i] = {kind, validity_deadline(sent, items[i].ttl, options_.drift_factor)};
@@ -177,13 +187,21 @@ class AdvisoryBackend final : public Backend {
 
   // Unlocks a granted lock on the checked-out `session`: one pg_advisory_unlock, one round trip
   // (a session holds a granted key once: kNotKey keeps tries off sessions that hold it). False if
-  // it failed: the session must then be closed. Notes the key as no longer held.
+  // it failed (or ran in a server session without the mark): the session must then be closed.
+  // Notes the key as no longer held.
   bool unlock_grant(const std::shared_ptr<Session>& session, std::int64_t key, bool shared,
                     Clock::time_point deadline) {
     bool broken = false;
-    auto r = execute(session->conn.get(), for_mode("SELECT pg_advisory_unlock($1::bigint)", shared),
-                     {std::to_string(key)}, deadline, broken);
+    auto r = execute(session->conn.get(),
+                     for_mode("SELECT pg_advisory_unlock($1::bigint) WHERE "
+                              "current_setting('fencelock.session', true) = $2",
+                              shared),
+                     {std::to_string(key), session->mark}, deadline, broken);
     if (!r.ok() || broken) return false;
+    if (PQntuples(r->get()) != 1) {
+      log_not_kept();
+      return false;
+    }
     sessions_.note_held(session, key, false);
     return true;
   }
@@ -194,11 +212,13 @@ class AdvisoryBackend final : public Backend {
   // if that failed: the session must then be closed. Notes the key as no longer held.
   bool unlock_fully(const std::shared_ptr<Session>& session, std::int64_t key, bool shared) {
     const std::string unlock = for_mode(
-        fmt::format("SELECT count(pg_advisory_unlock({0})) FROM pg_locks WHERE locktype = "
+        fmt::format("SELECT count(pg_advisory_unlock({0})), current_setting('fencelock.session', "
+                    "true) IS NOT DISTINCT FROM '{2}' FROM pg_locks WHERE locktype = "
                     "'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1 AND "
                     "classid = (({0}::bigint >> 32) & 4294967295)::oid AND objid = ({0}::bigint "
-                    "& 4294967295)::oid AND mode = '{1}'",
-                    key, shared ? "ShareLock" : "ExclusiveLock"),
+                    "& 4294967295)::oid AND mode = '{1}' AND current_setting('fencelock.session', "
+                    "true) = '{2}'",
+                    key, shared ? "ShareLock" : "ExclusiveLock", session->mark),
         shared);
     // pg_locks shows a stacked lock once: repeat until nothing is left (a session holds a key at
     // most twice: kNotKey keeps tries off sessions that hold it).
@@ -206,6 +226,10 @@ class AdvisoryBackend final : public Backend {
       bool broken = false;
       auto r = execute(session->conn.get(), unlock, {}, Clock::now() + options_.io_timeout, broken);
       if (!r.ok() || broken) return false;
+      if (std::string_view(PQgetvalue(r->get(), 0, 1)) != "t") {
+        log_not_kept();
+        return false;
+      }
       if (std::string_view(PQgetvalue(r->get(), 0, 0)) == "0") {
         sessions_.note_held(session, key, false);
         return true;
@@ -224,9 +248,19 @@ class AdvisoryBackend final : public Backend {
     return grant;
   }
 
-  std::vector<std::string> note_params(const AcquireCall& call, std::int64_t key) const {
+  static std::vector<std::string> note_params(const AcquireCall& call, std::int64_t key,
+                                              const Session& session) {
     return {std::to_string(key), call.key.str(), call.owner.hex(), std::to_string(call.ttl.count()),
-            call.metadata};
+            call.metadata,       session.mark};
+  }
+
+  // A statement ran in a server session without its session's mark: the connection does not
+  // keep its session (a pooler moved it). The session is closed; this says why.
+  void log_not_kept() const {
+    detail::log(LogLevel::kWarning, "{}: {}", uri_.description,
+                session_not_kept("a statement ran in a server session that is not its "
+                                 "connection's own")
+                    .message());
   }
 
   Result<Grant> try_once(const AcquireCall& call, std::int64_t key) {
@@ -235,7 +269,7 @@ class AdvisoryBackend final : public Backend {
     if (!session.ok()) return session.status();
     bool broken = false;
     auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
-                     note_params(call, key), sent + options_.io_timeout, broken);
+                     note_params(call, key, **session), sent + options_.io_timeout, broken);
     if (!r.ok()) {
       // Ambiguous: the statement may have taken the lock before it failed (a session-level lock
       // outlives its statement). The session may hold other leases' locks, so it is kept when
@@ -248,6 +282,11 @@ class AdvisoryBackend final : public Backend {
       recovered = recovered && unlock_fully(*session, key, call.shared);
       finish(*session, !recovered);
       return r.status();
+    }
+    if (std::string_view(PQgetvalue(r->get(), 0, 1)) != "t") {
+      finish(*session, /*broken=*/true);  // nothing was tried; the session cannot be trusted
+      return session_not_kept(
+          "a statement ran in a server session that is not its connection's own");
     }
     if (PQgetisnull(r->get(), 0, 0)) {
       finish(*session, broken);
@@ -280,12 +319,15 @@ class AdvisoryBackend final : public Backend {
     // A try never jumps the queue: PostgreSQL refuses it while others wait for the lock.
     // SET LOCAL: a multi-statement query is one implicit transaction, so the lock_timeout ends
     // with it and never stays on the pooled session (where it would cut later statements short).
-    std::string wait_sql = for_mode(
-        fmt::format(
-            "SET LOCAL lock_timeout = {0}; SELECT CASE WHEN pg_try_advisory_lock({1}) THEN false "
-            "ELSE (SELECT true FROM pg_advisory_lock({1})) END",
-            left, key),
-        call.shared);
+    // NULL when the statement ran in a server session without the session's mark (nothing is
+    // tried there).
+    std::string wait_sql =
+        for_mode(fmt::format("SET LOCAL lock_timeout = {0}; SELECT CASE WHEN current_setting("
+                             "'fencelock.session', true) IS DISTINCT FROM '{2}' THEN NULL WHEN "
+                             "pg_try_advisory_lock({1}) THEN false ELSE (SELECT true FROM "
+                             "pg_advisory_lock({1})) END",
+                             left, key, (*session)->mark),
+                 call.shared);
     bool broken = false;
     auto waited =
         execute(c, wait_sql, {}, deadline_after(call.deadline, options_.io_timeout), broken,
@@ -305,9 +347,19 @@ class AdvisoryBackend final : public Backend {
       }
       return waited.status();
     }
+    if (PQgetisnull(waited->get(), 0, 0)) {
+      finish(*session, /*broken=*/true);
+      return session_not_kept(
+          "a statement ran in a server session that is not its connection's own");
+    }
     const Clock::time_point sent = Clock::now();
-    auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key),
+    auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key, **session),
                          sent + options_.io_timeout, broken);
+    if (noted.ok() && PQgetisnull(noted->get(), 0, 0)) {
+      finish(*session, true);
+      return session_not_kept(
+          "a statement ran in a server session that is not its connection's own");
+    }
     if (!noted.ok() || call.stop.stop_requested()) {
       finish(*session, true);  // closing the session releases the lock it just got
       return call.stop.stop_requested() ? Status(Code::kCancelled, "acquisition cancelled")

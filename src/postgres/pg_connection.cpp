@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "core/mutex.h"
+#include "postgres_sql.h"
 
 namespace fencelock::detail::postgres {
 namespace {
@@ -67,7 +71,59 @@ Status connect_error(PGconn* c) {
 
 }  // namespace
 
-Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point deadline) {
+namespace {
+
+// The settings that can end a session or a statement early, pinned off (SessionSetup::pin).
+// transaction_timeout exists from PostgreSQL 17 on; session_setup.sql skips what the server lacks.
+constexpr std::string_view kPinnedOff[] = {"statement_timeout", "lock_timeout",
+                                           "idle_in_transaction_session_timeout",
+                                           "idle_session_timeout", "transaction_timeout"};
+
+bool all_digits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// The settings SessionSetup::pin sets: kPinnedOff, and the server's side of the keepalives from
+// libpq's values in effect on `c` (the URI's, else those postgres_uri.h adds), except any that
+// the URI's `options` sets for the server itself, and none when the URI turned keepalives off.
+nlohmann::json pinned_settings(PGconn* c) {
+  nlohmann::json out = nlohmann::json::object();
+  for (std::string_view name : kPinnedOff) out[std::string(name)] = "0";
+  std::map<std::string, std::string, std::less<>> libpq;
+  PQconninfoOption* options = PQconninfo(c);
+  for (const PQconninfoOption* o = options; o != nullptr && o->keyword != nullptr; ++o) {
+    if (o->val != nullptr) libpq[o->keyword] = o->val;
+  }
+  PQconninfoFree(options);
+  if (libpq["keepalives"] == "0") return out;
+  const std::string server_options = libpq["options"];
+  for (const auto& [client, server] :
+       {std::pair<std::string, std::string>{"keepalives_idle", "tcp_keepalives_idle"},
+        {"keepalives_interval", "tcp_keepalives_interval"},
+        {"keepalives_count", "tcp_keepalives_count"},
+        {"tcp_user_timeout", "tcp_user_timeout"}}) {
+    const std::string& value = libpq[client];
+    if (!all_digits(value) || server_options.find(server) != std::string::npos) continue;
+    out[server] = value;
+  }
+  return out;
+}
+
+// sql/session_setup.sql: the mark the session had before ("" for none).
+Result<std::string> setup_session(PGconn* c, const nlohmann::json& pinned, bool durable,
+                                  const std::string& mark, Clock::time_point deadline) {
+  bool broken = false;
+  auto r = execute(c, std::string(sql::session_setup),
+                   {pinned.dump(), durable ? "true" : "false", mark}, deadline, broken);
+  if (!r.ok()) return r.status();
+  return std::string(PQgetvalue(r->get(), 0, 0));
+}
+
+}  // namespace
+
+Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point deadline,
+                                const SessionSetup& setup) {
   ConnPtr c(PQconnectStart(conninfo.c_str()));
   if (!c) return Status(Code::kInternal, "out of memory allocating a PostgreSQL connection");
   if (PQstatus(c.get()) == CONNECTION_BAD) return connect_error(c.get());
@@ -80,20 +136,49 @@ Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point d
     state = PQconnectPoll(c.get());
   }
   PQsetnonblocking(c.get(), 1);
+  if (!setup.pin && setup.mark.empty()) return c;
   // A token is handed out only once the commit that drew it is durable: with the server's
   // synchronous_commit = off, a crash loses recent commits and a sequence goes back (tokens would
   // repeat); with `local`, a failover to a synchronous standby may lack them. Raise either to
   // `on` for this session; remote_write and remote_apply are kept.
-  bool broken = false;
-  auto durable = execute(c.get(),
-                         "SELECT set_config('synchronous_commit', 'on', false) "
-                         "WHERE current_setting('synchronous_commit') IN ('off', 'local')",
-                         {}, deadline, broken);
-  if (!durable.ok()) {
-    return Status(durable.code(), "setting synchronous_commit = on for durable tokens: " +
-                                      durable.status().message());
+  auto previous =
+      setup_session(c.get(), setup.pin ? pinned_settings(c.get()) : nlohmann::json::object(),
+                    setup.pin, setup.mark, deadline);
+  if (!previous.ok()) {
+    return Status(previous.code(),
+                  "setting up the PostgreSQL session (timeouts off, synchronous_commit = on, "
+                  "keepalives): " +
+                      previous.status().message());
+  }
+  if (!setup.mark.empty() && !previous->empty()) {
+    return session_not_kept(
+        "a new connection was served by a server session that another "
+        "connection had used");
   }
   return c;
+}
+
+Result<std::string> mark_session(PGconn* c, const std::string& mark, Clock::time_point deadline) {
+  return setup_session(c, nlohmann::json::object(), false, mark, deadline);
+}
+
+Result<bool> has_mark(PGconn* c, const std::string& mark, Clock::time_point deadline) {
+  bool broken = false;
+  auto r = execute(c, "SELECT current_setting('fencelock.session', true) IS NOT DISTINCT FROM $1",
+                   {mark}, deadline, broken);
+  if (!r.ok()) return r.status();
+  return std::string_view(PQgetvalue(r->get(), 0, 0)) == "t";
+}
+
+Status session_not_kept(std::string_view what) {
+  return Status(
+      Code::kInvalidArgument,
+      fmt::format("the PostgreSQL connection does not keep a server session of its own ({}): a "
+                  "connection pooler in transaction or statement mode (such as PgBouncer with "
+                  "pool_mode=transaction) is in between. Advisory locks belong to a session, so "
+                  "two clients could both hold one: connect to PostgreSQL directly or through a "
+                  "pooler in session mode, or use mode=lease",
+                  what));
 }
 
 Status status_from_result(const PGresult* r) {
@@ -202,13 +287,15 @@ bool recover_after_timeout(PGconn* c, Clock::time_point deadline) {
   return PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE;
 }
 
-Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
+Result<ConnPtr> PgPool::checkout(Clock::time_point deadline, bool* reused) {
+  if (reused != nullptr) *reused = false;
   {
     MutexLock lock(mu_);
     while (true) {
       if (!idle_.empty()) {
         ConnPtr c = std::move(idle_.back());
         idle_.pop_back();
+        if (reused != nullptr) *reused = true;
         return c;
       }
       if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
@@ -223,7 +310,8 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
     }
     open_++;
   }
-  auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
+  auto opened =
+      open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_), setup_);
   MutexLock lock(mu_);
   if (opened.ok()) {
     backoff_.connected();
@@ -237,6 +325,7 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline) {
 }
 
 void PgPool::checkin(ConnPtr c, bool healthy) {
+  while (PGnotify* note = PQnotifies(c.get())) PQfreemem(note);
   MutexLock lock(mu_);
   if (healthy && PQstatus(c.get()) == CONNECTION_OK) {
     idle_.push_back(std::move(c));
@@ -251,13 +340,22 @@ void PgPool::checkin(ConnPtr c, bool healthy) {
 }
 
 Result<ResultPtr> run(PgPool& pool, const std::string& sql, const std::vector<std::string>& params,
-                      Clock::time_point deadline, bool multi) {
-  auto c = pool.checkout(deadline);
-  if (!c.ok()) return c.status();
-  bool broken = false;
-  auto result = execute(c->get(), sql, params, deadline, broken, multi);
-  pool.checkin(std::move(*c), !broken);
-  return result;
+                      Clock::time_point deadline, bool multi, Retry retry) {
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false;
+    auto c = pool.checkout(deadline, &reused);
+    if (!c.ok()) return c.status();
+    bool broken = false;
+    auto result = execute(c->get(), sql, params, deadline, broken, multi);
+    pool.checkin(std::move(*c), !broken);
+    // A connection that sat idle may have died with its server session; the checkin above
+    // dropped the other idle ones too, so the retry opens a fresh connection.
+    const bool dead_idle = reused && broken && result.code() == Code::kUnavailable;
+    if (retry == Retry::kOnDeadConnection && attempt == 0 && dead_idle && Clock::now() < deadline) {
+      continue;
+    }
+    return result;
+  }
 }
 
 }  // namespace fencelock::detail::postgres

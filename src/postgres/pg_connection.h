@@ -16,6 +16,7 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/backend.h"
@@ -34,10 +35,39 @@ struct ResultDeleter {
 };
 using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 
-// Opens a connection (libpq URI or conninfo), bounded by `deadline`. kUnavailable when the
-// server cannot be reached, kUnauthenticated for rejected credentials, kInvalidArgument for an
-// unknown database or a malformed conninfo. Messages never contain the password.
-Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point deadline);
+// What open_connection() does to a new session before handing it out, in one statement
+// (sql/session_setup.sql, one round trip).
+struct SessionSetup {
+  // Pin what fencelock's calls depend on, whatever the server, database, role or PGOPTIONS set:
+  // statement_timeout, lock_timeout, idle_in_transaction_session_timeout and
+  // idle_session_timeout (transaction_timeout too where the server has it) to 0, since every call
+  // is bounded by its own deadline and cancelled by the client; synchronous_commit to on where
+  // it is off or local (durable tokens); and the server's side of TCP keepalives
+  // (tcp_keepalives_idle/interval/count, tcp_user_timeout) to libpq's values, unless the URI's
+  // `options` sets them. False through a pooler that does not keep sessions: a session setting
+  // would land on a server connection that other clients share.
+  bool pin = true;
+  // When not empty: marks the session (the custom setting fencelock.session), and refuses
+  // (session_not_kept()) a session that already had a mark: a pooler handed on a server session
+  // another connection used.
+  std::string mark;
+};
+
+// Opens a connection (libpq URI or conninfo), bounded by `deadline`, and sets it up. kUnavailable
+// when the server cannot be reached, kUnauthenticated for rejected credentials,
+// kInvalidArgument for an unknown database, a malformed conninfo or a marked session handed on.
+// Messages never contain the password.
+Result<ConnPtr> open_connection(const std::string& conninfo, Clock::time_point deadline,
+                                const SessionSetup& setup = {});
+
+// Marks the session on `c` with `mark` (as SessionSetup::mark) and returns the mark it had
+// before ("" for none), in one statement.
+Result<std::string> mark_session(PGconn* c, const std::string& mark, Clock::time_point deadline);
+// Whether the session `c`'s statements run in has `mark` (one statement).
+Result<bool> has_mark(PGconn* c, const std::string& mark, Clock::time_point deadline);
+// kInvalidArgument: `what` happened, so the connection does not keep one server session of its
+// own; says what to do (connect directly or through session pooling, or use mode=lease).
+Status session_not_kept(std::string_view what);
 
 // Runs one statement with text parameters (`multi` sends a parameterless script instead) and
 // returns its last result. On a deadline the statement is cancelled and kDeadlineExceeded
@@ -60,13 +90,19 @@ bool recover_after_timeout(PGconn* c, Clock::time_point deadline);
 // A bounded pool of connections to one server.
 class PgPool {
  public:
-  PgPool(std::string conninfo, std::size_t max_connections, milliseconds connect_timeout)
-      : conninfo_(std::move(conninfo)), max_(max_connections), connect_timeout_(connect_timeout) {}
+  PgPool(std::string conninfo, std::size_t max_connections, milliseconds connect_timeout,
+         SessionSetup setup = {})
+      : conninfo_(std::move(conninfo)),
+        max_(max_connections),
+        connect_timeout_(connect_timeout),
+        setup_(std::move(setup)) {}
 
   // An idle connection, a new one while fewer than max exist, or (waiting until `deadline`)
   // the next one returned. In reconnect backoff it fails at once with the last error.
-  Result<ConnPtr> checkout(Clock::time_point deadline);
-  // Returns a connection; `healthy` false drops it (and frees its slot).
+  // `reused` (if given) tells whether the connection waited idle in the pool.
+  Result<ConnPtr> checkout(Clock::time_point deadline, bool* reused = nullptr);
+  // Returns a connection; `healthy` false drops it (and frees its slot), and the idle ones too.
+  // Notifications it received (a pooler can deliver another client's) are dropped.
   void checkin(ConnPtr c, bool healthy);
 
   const std::string& conninfo() const { return conninfo_; }
@@ -77,6 +113,7 @@ class PgPool {
   const std::string conninfo_;
   const std::size_t max_;
   const milliseconds connect_timeout_;
+  const SessionSetup setup_;
   ReconnectCounter reconnects_;
   Mutex mu_;
   std::condition_variable_any returned_;
@@ -85,8 +122,17 @@ class PgPool {
   ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
 };
 
+enum class Retry {
+  kNever,
+  // A statement that may run twice (idempotent: a compare-and-release, a renewal, a read): when
+  // it fails on a connection that waited idle in the pool and turns out dead (its server
+  // session ended in a restart, a pg_terminate_backend, a pooler's idle timeout), it runs once
+  // more on a fresh connection within the same deadline.
+  kOnDeadConnection,
+};
+
 // Runs a statement on a pooled connection (checkout, execute, checkin).
 Result<ResultPtr> run(PgPool& pool, const std::string& sql, const std::vector<std::string>& params,
-                      Clock::time_point deadline, bool multi = false);
+                      Clock::time_point deadline, bool multi = false, Retry retry = Retry::kNever);
 
 }  // namespace fencelock::detail::postgres

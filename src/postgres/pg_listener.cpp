@@ -11,8 +11,8 @@
 
 namespace fencelock::detail::postgres {
 
-PgListener::PgListener(std::string conninfo, milliseconds connect_timeout)
-    : conninfo_(std::move(conninfo)), connect_timeout_(connect_timeout) {
+PgListener::PgListener(std::string conninfo, milliseconds connect_timeout, bool enabled)
+    : conninfo_(std::move(conninfo)), connect_timeout_(connect_timeout), enabled_(enabled) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -28,6 +28,7 @@ PgListener::~PgListener() {
 }
 
 std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key) {
+  if (!enabled_) return board_.watch(key);
   std::call_once(started_,
                  [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
   {

@@ -3,6 +3,11 @@
 // The release statement runs pg_notify('fencelock_release', name). The listener counts releases
 // per watched key; a Watch taken before a try never misses a release after it. When the
 // connection drops, the listener reconnects with backoff and wakes every waiter once to retry.
+// Its connection has TCP keepalives (postgres_uri.h), so a listener cut off from its server
+// notices within their bound instead of staying deaf.
+// Through a pooler that does not keep sessions LISTEN cannot work (the server connection that
+// ran it serves other clients next, and its notifications go to them): a disabled listener
+// never connects, and its watches only time out (the waiters' timed fallback).
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -20,7 +25,8 @@ namespace fencelock::detail::postgres {
 
 class PgListener {
  public:
-  PgListener(std::string conninfo, milliseconds connect_timeout);
+  // `enabled` false: never LISTEN (see above).
+  PgListener(std::string conninfo, milliseconds connect_timeout, bool enabled = true);
   ~PgListener();
 
   // A watch on `key`. The first one starts the thread and waits (bounded by connect_timeout)
@@ -33,6 +39,7 @@ class PgListener {
 
   const std::string conninfo_;
   const milliseconds connect_timeout_;
+  const bool enabled_;
   WakeBoard board_;  // releases by key name
   Mutex mu_;
   std::condition_variable_any ready_;

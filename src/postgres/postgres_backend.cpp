@@ -101,27 +101,82 @@ Status check_asynchronous_standbys(PgPool& pool, milliseconds timeout, bool allo
   return Status::Ok();
 }
 
+// Whether each connection keeps one server session of its own, as a direct connection (or a
+// pooler in session mode) does, or statements of one connection may run in different server
+// sessions and one server session may serve several connections, as behind a pooler in
+// transaction or statement mode (PgBouncer's pool_mode=transaction). Asked of the server, not
+// of a pooler's product: connection A marks its session, B marks its own (a pooler that hands
+// out one server session to both shows B A's mark), then B and A each check that their
+// session still has their mark (a pooler that moved them to another server session shows a
+// different one or none). Two connections are needed: alone, a pooler would hand a connection
+// the same idle server session every time. Four round trips and one more connection, at connect.
+Result<bool> keeps_sessions(PgPool& pool, Clock::time_point deadline) {
+  auto a = pool.checkout(deadline);
+  if (!a.ok()) return a.status();
+  auto b = open_connection(pool.conninfo(), deadline, SessionSetup{.pin = false});
+  if (!b.ok()) {
+    pool.checkin(std::move(*a), true);
+    return b.status();
+  }
+  const std::string mark_a = OwnerId::random().hex(), mark_b = OwnerId::random().hex();
+  bool kept = true;
+  Status failed = Status::Ok();
+  auto note = [&](const auto& result, auto&& is_kept) {
+    if (!result.ok()) {
+      failed = result.status();
+    } else if (!is_kept(*result)) {
+      kept = false;
+    }
+  };
+  auto unmarked = [](const std::string& previous) { return previous.empty(); };
+  auto yes = [](bool has) { return has; };
+  note(mark_session(a->get(), mark_a, deadline), unmarked);
+  if (failed.ok()) note(mark_session(b->get(), mark_b, deadline), unmarked);
+  if (failed.ok()) note(has_mark(b->get(), mark_b, deadline), yes);
+  if (failed.ok()) note(has_mark(a->get(), mark_a, deadline), yes);
+  pool.checkin(std::move(*a), failed.ok());
+  if (!failed.ok()) return failed;
+  return kept;
+}
+
+// Through a pooler that does not keep sessions, lease-mode waiters cannot LISTEN: they try
+// again this often (and at the holder's expiry).
+constexpr milliseconds kPollWithoutListen(200);
+
 class LeaseBackend final : public Backend {
  public:
-  LeaseBackend(PostgresUri uri, ClientOptions options)
+  // `sessions_kept` false (keeps_sessions()): no session settings (they would land on server
+  // connections other clients share), no LISTEN; waiters poll every kPollWithoutListen.
+  LeaseBackend(PostgresUri uri, ClientOptions options, bool sessions_kept)
       : uri_(std::move(uri)),
         options_(options),
-        pool_(uri_.conninfo, uri_.pool, options.connect_timeout),
-        listener_(uri_.conninfo, options.connect_timeout) {}
+        sessions_kept_(sessions_kept),
+        pool_(uri_.conninfo, uri_.pool, options.connect_timeout,
+              SessionSetup{.pin = sessions_kept}),
+        listener_(uri_.conninfo, options.connect_timeout, sessions_kept) {}
 
   // Lease mode keeps time on the server with millisecond resolution over a network: a TTL
   // under a second would be mostly round trips.
   milliseconds min_ttl() const override { return milliseconds(1000); }
 
   TryResult try_acquire(const GrantRequest& req) override {
-    const Clock::time_point sent = Clock::now();
-    const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
-    auto r = run(pool_, std::string(sql::lease_acquire),
-                 {req.key.str(), req.owner.hex(), std::to_string(req.ttl.count()), req.metadata},
-                 std::min(sent + options_.io_timeout, validity));
-    if (!r.ok()) {
+    Result<ResultPtr> r = Status(Code::kInternal, "not run");
+    Clock::time_point validity;
+    for (int attempt = 0;; ++attempt) {
+      const Clock::time_point sent = Clock::now();
+      validity = validity_deadline(sent, req.ttl, options_.drift_factor);
+      const Clock::time_point deadline = std::min(sent + options_.io_timeout, validity);
+      r = run(pool_, std::string(sql::lease_acquire),
+              {req.key.str(), req.owner.hex(), std::to_string(req.ttl.count()), req.metadata},
+              deadline);
+      if (r.ok()) break;
       // Ambiguous (the INSERT may have happened): release by owner id, leave nothing behind.
-      (void)release(req.key, req.owner, Clock::now() + options_.io_timeout);
+      Status freed = release(req.key, req.owner, Clock::now() + options_.io_timeout);
+      // A connection that died with its server session (a restart) fails once: with what it
+      // may have taken released, the try runs again on a fresh connection.
+      if (attempt == 0 && r.code() == Code::kUnavailable && freed.ok() && Clock::now() < deadline) {
+        continue;
+      }
       return TryResult{r.status(), std::nullopt, milliseconds(0)};
     }
     const PGresult* res = r->get();
@@ -136,6 +191,7 @@ class LeaseBackend final : public Backend {
       return TryResult{Status::Ok(), Grant{FencingToken(token), validity}, milliseconds(0)};
     }
     auto left = milliseconds(std::max<std::int64_t>(to_int(res, 0, 1), 0));
+    if (!sessions_kept_) left = std::min(left, kPollWithoutListen);
     return TryResult{Status(Code::kLocked, "key is held by another owner"), std::nullopt, left};
   }
 
@@ -157,7 +213,8 @@ class LeaseBackend final : public Backend {
     auto r = run(pool_, std::string(sql::lease_renew),
                  {batch.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)},
                  std::min(sent + options_.io_timeout,
-                          validity_deadline(sent, shortest, options_.drift_factor)));
+                          validity_deadline(sent, shortest, options_.drift_factor)),
+                 false, Retry::kOnDeadConnection);
     if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists
     std::set<std::pair<std::string, std::string>> renewed;  // (name, owner)
     for (int row = 0; row < PQntuples(r->get()); ++row)
@@ -176,7 +233,11 @@ class LeaseBackend final : public Backend {
   }
 
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
-    auto r = run(pool_, std::string(sql::lease_release), {key.str(), owner.hex()}, deadline);
+    // Idempotent (compare owner, mark expired): after a restart the first try meets a dead
+    // connection and the release runs again on a fresh one, instead of leaving the lock held
+    // for its whole TTL.
+    auto r = run(pool_, std::string(sql::lease_release), {key.str(), owner.hex()}, deadline, false,
+                 Retry::kOnDeadConnection);
     return r.status();
   }
 
@@ -197,7 +258,7 @@ class LeaseBackend final : public Backend {
  private:
   Result<std::vector<HolderRow>> query_holders(const std::string& name, bool exact) {
     auto r = run(pool_, std::string(sql::lease_inspect), {name, exact ? "true" : "false"},
-                 Clock::now() + options_.io_timeout);
+                 Clock::now() + options_.io_timeout, false, Retry::kOnDeadConnection);
     if (!r.ok()) return r.status();
     std::vector<HolderRow> out;
     for (int row = 0; row < PQntuples(r->get()); ++row) {
@@ -212,6 +273,7 @@ class LeaseBackend final : public Backend {
 
   const PostgresUri uri_;
   const ClientOptions options_;
+  const bool sessions_kept_;
   PgPool pool_;
   PgListener listener_;
 };
@@ -225,7 +287,23 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
   if (!split.ok()) return split.status();
   // Connect now, so that bad credentials, a missing database or missing rights are reported by
   // connect(), and create the schema on first use.
-  postgres::PgPool setup(split->conninfo, 1, options.connect_timeout);
+  // Without session settings: through a pooler they would stay on a shared server connection.
+  postgres::PgPool setup(split->conninfo, 1, options.connect_timeout,
+                         postgres::SessionSetup{.pin = false});
+  auto kept =
+      postgres::keeps_sessions(setup, Clock::now() + options.connect_timeout + options.io_timeout);
+  if (!kept.ok()) return kept.status();
+  if (!*kept && split->mode == "advisory") {
+    return postgres::session_not_kept(
+        "two connections' statements ran in one server session, or one connection's in two");
+  }
+  if (!*kept) {
+    detail::log(LogLevel::kInfo,
+                "{}: the connection does not keep a server session of its own (a pooler in "
+                "transaction mode?): lease mode works, but waiters cannot LISTEN for releases and "
+                "try again every {} ms, and fencelock cannot pin session settings",
+                split->description, postgres::kPollWithoutListen.count());
+  }
   auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout);
   if (!schema.ok()) return schema.status();
   if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
@@ -237,7 +315,7 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
     return async;
   }
   if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
-  return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options));
+  return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options, *kept));
 }
 
 Result<std::vector<std::string>> migrate_postgres(const std::string& uri,

@@ -1,12 +1,61 @@
 #include "postgres/postgres_uri.h"
 
 #include <charconv>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/uri.h"
 
 namespace fencelock::detail::postgres {
+
+namespace {
+
+// The value of parameter `name` in a query string ("?a=1&b=2"), if present.
+std::optional<std::string_view> query_value(std::string_view query, std::string_view name) {
+  if (query.starts_with('?')) query.remove_prefix(1);
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+int number_or(std::optional<std::string_view> value, int otherwise) {
+  int n = 0;
+  if (!value) return otherwise;
+  auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
+  return ec == std::errc() && end == value->data() + value->size() ? n : otherwise;
+}
+
+// The keepalive parameters (postgres_uri.h) that the query string `kept` lacks, as "&name=value"
+// pieces (the first with '?' when `kept` is empty).
+std::string missing_keepalives(std::string_view kept) {
+  if (query_value(kept, "keepalives") == "0") return "";
+  const int idle = number_or(query_value(kept, "keepalives_idle"), kKeepalivesIdleSeconds);
+  const int interval =
+      number_or(query_value(kept, "keepalives_interval"), kKeepalivesIntervalSeconds);
+  const int count = number_or(query_value(kept, "keepalives_count"), kKeepalivesCount);
+  const std::pair<std::string_view, long long> defaults[] = {
+      {"keepalives_idle", kKeepalivesIdleSeconds},
+      {"keepalives_interval", kKeepalivesIntervalSeconds},
+      {"keepalives_count", kKeepalivesCount},
+      {"tcp_user_timeout", (idle + static_cast<long long>(interval) * count) * 1000}};
+  std::string out;
+  for (const auto& [name, value] : defaults) {
+    if (query_value(kept, name)) continue;
+    out += fmt::format("{}{}={}", kept.empty() && out.empty() ? "?" : "&", name, value);
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   PostgresUri out;
@@ -79,7 +128,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
       kept += (kept.empty() ? "?" : "&") + std::string(pair);
     }
   }
-  out.conninfo = prefix + std::string(base) + kept;
+  out.conninfo = prefix + std::string(base) + kept + missing_keepalives(kept);
   // Description: the user without the password.
   out.description = std::string(uri.substr(0, scheme_end)) +
                     (shown_user.empty() ? "" : shown_user + "@") + std::string(base) +

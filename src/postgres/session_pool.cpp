@@ -47,7 +47,9 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
     }
     opening_++;
   }
-  auto opened = open_connection(conninfo_, std::min(deadline, Clock::now() + connect_timeout_));
+  std::string mark = OwnerId::random().hex();
+  auto opened = open_connection(conninfo_, Clock::now() + connect_timeout_,
+                                SessionSetup{.pin = true, .mark = mark});
   MutexLock lock(mu_);
   opening_--;
   changed_.notify_all();
@@ -58,6 +60,7 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
   reconnects_.connected();
   auto session = std::make_shared<Session>();
   session->conn = std::move(*opened);
+  session->mark = std::move(mark);
   session->busy = true;
   sessions_.push_back(session);
   return session;

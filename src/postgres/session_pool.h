@@ -17,6 +17,14 @@
 // the unlock with the session (defer_unlock), and whoever checks the session in next runs it
 // before the session is idle again (checkin() hands the pending unlocks back).
 //
+// Every session is marked when it opens (SessionSetup::mark: a random value in the custom setting
+// fencelock.session), and every statement the advisory backend runs on it compares the mark
+// first and does nothing on a server session without it: behind a pooler that does not keep
+// sessions, a statement that lands in another server session is refused instead of taking or
+// freeing a lock there (open_connection() refuses a new session that already had a mark).
+// Opening a session is bounded by connect_timeout, not by the caller's deadline (a short wait
+// still gets a session to ask the server on; the deadline bounds waiting for a busy pool).
+//
 // Thread-safety: all methods may be called concurrently.
 #pragma once
 
@@ -38,6 +46,7 @@ namespace fencelock::detail::postgres {
 
 struct Session {
   ConnPtr conn;
+  std::string mark;             // its fencelock.session (hex; set once, before it is shared)
   std::set<std::int64_t> held;  // advisory keys this session holds (pool mutex)
   bool busy = false;            // a statement runs on it (pool mutex)
   bool closed = false;          // its connection broke (pool mutex)

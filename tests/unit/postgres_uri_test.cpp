@@ -11,13 +11,18 @@
 namespace fencelock::detail::postgres {
 namespace {
 
+// What every URI without keepalive parameters gets (postgres_uri.h).
+constexpr const char* kKeepalives =
+    "&keepalives_idle=5&keepalives_interval=2&keepalives_count=3&tcp_user_timeout=11000";
+
 TEST(PostgresUri, FencelockParametersAreTakenOffAndTheRestGoesToLibpq) {
   auto uri =
       split_postgres_uri("postgres://app:pw@db1:5432/locks?mode=lease&pool=4&sslmode=require");
   ASSERT_TRUE(uri.ok()) << uri.status().to_string();
   EXPECT_EQ(uri->mode, "lease");
   EXPECT_EQ(uri->pool, 4u);
-  EXPECT_EQ(uri->conninfo, "postgres://app:pw@db1:5432/locks?sslmode=require");
+  EXPECT_EQ(uri->conninfo,
+            "postgres://app:pw@db1:5432/locks?sslmode=require" + std::string(kKeepalives));
   EXPECT_EQ(uri->description, "postgres://app@db1:5432/locks?mode=lease");
 }
 
@@ -30,7 +35,8 @@ TEST(PostgresUri, APasswordWithQuestionMarksSlashesOrAtSignsStaysAPassword) {
     EXPECT_EQ(uri->description.find("secret"), std::string::npos) << uri->description;
     // libpq gets it percent-encoded, so it cannot be read as the query, database or host.
     EXPECT_EQ(uri->conninfo.find(password), std::string::npos) << uri->conninfo;
-    EXPECT_TRUE(uri->conninfo.ends_with("@127.0.0.1:7201/db")) << uri->conninfo;
+    EXPECT_TRUE(uri->conninfo.ends_with("@127.0.0.1:7201/db?" + std::string(kKeepalives + 1)))
+        << uri->conninfo;
   }
 }
 
@@ -44,7 +50,7 @@ TEST(PostgresUri, AMalformedPasswordEscapeIsAnErrorThatDoesNotShowIt) {
 TEST(PostgresUri, AnEscapedPasswordIsPassedOnEscaped) {
   auto uri = split_postgres_uri("postgres://app:a%3Fb@h/db");
   ASSERT_TRUE(uri.ok()) << uri.status().to_string();
-  EXPECT_EQ(uri->conninfo, "postgres://app:a%3Fb@h/db");
+  EXPECT_EQ(uri->conninfo, "postgres://app:a%3Fb@h/db?" + std::string(kKeepalives + 1));
 }
 
 // libpq would try a long host list one host after another, each up to connect_timeout.
@@ -57,6 +63,35 @@ TEST(PostgresUri, MoreThan64HostsIsAShortError) {
   EXPECT_EQ(uri.status().message().find("topsecret"), std::string::npos);
   auto ok = split_postgres_uri("postgres://app@h0,h1,h2/db");
   EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+}
+
+// TCP keepalives are added to every URI, each only where the URI does not set it; the user
+// timeout follows the keepalive values in effect; keepalives=0 adds none.
+TEST(PostgresUri, KeepalivesAreAddedWhereTheUriDoesNotSetThem) {
+  struct Case {
+    std::string query;
+    std::string conninfo_query;
+  };
+  for (const Case& c : {
+           Case{"",
+                "?keepalives_idle=5&keepalives_interval=2&keepalives_count=3&"
+                "tcp_user_timeout=11000"},
+           Case{"?keepalives_idle=30",
+                "?keepalives_idle=30&keepalives_interval=2&"
+                "keepalives_count=3&tcp_user_timeout=36000"},
+           Case{"?mode=lease&keepalives_count=5&tcp_user_timeout=1000",
+                "?keepalives_count=5&tcp_user_timeout=1000&keepalives_idle=5&"
+                "keepalives_interval=2"},
+           Case{"?keepalives=0", "?keepalives=0"},
+           Case{"?keepalives=1",
+                "?keepalives=1&keepalives_idle=5&keepalives_interval=2&"
+                "keepalives_count=3&tcp_user_timeout=11000"},
+       }) {
+    auto uri = split_postgres_uri("postgres://app@h/db" + c.query);
+    ASSERT_TRUE(uri.ok()) << c.query << ": " << uri.status().to_string();
+    EXPECT_EQ(uri->conninfo, "postgres://app@h/db" + c.conninfo_query) << c.query;
+    EXPECT_EQ(uri->description.find("keepalives"), std::string::npos) << uri->description;
+  }
 }
 
 }  // namespace

@@ -1,8 +1,13 @@
 -- Try the session-level advisory lock once; only if granted, draw the token in the same
 -- statement and note the holder.
--- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON)
--- Returns one row: the token, or NULL when the lock is held by another session.
-WITH granted AS (SELECT pg_try_advisory_lock($1::bigint) AS ok),
+-- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON),
+-- $6 the session's mark (session_pool.h): nothing is tried in a server session without it.
+-- Returns one row: the token, or NULL when the lock is held by another session; and whether the
+-- statement ran in the marked session (false: a pooler moved it, nothing was tried).
+WITH granted AS (
+  SELECT pg_try_advisory_lock($1::bigint) AS ok
+   WHERE current_setting('fencelock.session', true) = $6
+),
      token AS (SELECT nextval('fencelock_advisory_tokens') AS value FROM granted WHERE ok),
      noted AS (
        INSERT INTO fencelock_advisory_holders AS h (key, name, owner, token, ttl_ms, holder, pid)
@@ -10,4 +15,4 @@ WITH granted AS (SELECT pg_try_advisory_lock($1::bigint) AS ok),
        ON CONFLICT (key) DO UPDATE
          SET name = EXCLUDED.name, owner = EXCLUDED.owner, token = EXCLUDED.token,
              ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, pid = EXCLUDED.pid)
-SELECT (SELECT value FROM token)
+SELECT (SELECT value FROM token), current_setting('fencelock.session', true) IS NOT DISTINCT FROM $6
