@@ -176,6 +176,66 @@ class PostgresPair {
   std::string uri_;
 };
 
+// Redis servers without persistence started by scripts/servers.sh on the test's own ports and
+// state directory: the control program of server-kill (kill PORT, start) for them.
+class RedisServers {
+ public:
+  explicit RedisServers(int n) : dir_(make_temp_dir("fencelock-torture-server-kill-")) {
+    std::string ports;
+    for (int i = 0; i < n; ++i) {
+      ports_.push_back(free_loopback_port());
+      ports += (i ? " " : "") + std::to_string(ports_.back());
+    }
+    env_ = {"FENCELOCK_SERVICES=redis", "FENCELOCK_STATE_DIR=" + dir_ + "/state",
+            "FENCELOCK_REDIS_PORTS=" + ports};
+    RunResult started =
+        run_command({"bash", FENCELOCK_SERVERS_SH, "start"}, env_, "", std::chrono::seconds(60));
+    if (started.exit_code != 0) {
+      throw std::runtime_error("servers.sh start: " + started.stdout_text + started.stderr_text);
+    }
+  }
+  ~RedisServers() {
+    (void)run_command({"bash", FENCELOCK_SERVERS_SH, "stop"}, env_, "", std::chrono::seconds(60));
+    remove_tree(dir_);
+  }
+  RedisServers(const RedisServers&) = delete;
+  RedisServers& operator=(const RedisServers&) = delete;
+
+  std::string uri() const {
+    std::string hosts;
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+      hosts += fmt::format("{}127.0.0.1:{}", i ? "," : "", ports_[i]);
+    }
+    return (ports_.size() == 1 ? "redis://" : "redlock://") + hosts;
+  }
+  const std::vector<std::string>& env() const { return env_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::uint16_t> ports_;
+  std::vector<std::string> env_;
+};
+
+// Before clock-seeded counters a Redis restarted without its data handed out token 1 again
+// (UNSAFE with thousands of token violations). Each server is crashed in turn and restarted one
+// TTL later, empty.
+TEST(TortureCli, ServerKillWithoutPersistenceKeepsTokensMonotonicOnRedisAndRedlock) {
+  for (int n : {1, 3}) {
+    RedisServers servers(n);
+    RunResult run =
+        run_cli({"torture", "--backend", servers.uri(), "--json", "--workers", "3", "--duration",
+                 "14s", "--faults", "server-kill", "--server-control", FENCELOCK_SERVERS_SH},
+                servers.env(), std::chrono::minutes(2));
+    auto r = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(r.is_object()) << run.stdout_text << run.stderr_text;
+    EXPECT_EQ(run.exit_code, 0) << r.dump();
+    EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
+    EXPECT_EQ(r.value("token_violations", -1), 0) << r.dump();
+    EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
+    EXPECT_GT(r.value("grants", 0), 10) << r.dump();
+  }
+}
+
 nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mode,
                                 int expected_exit) {
   std::vector<std::string> args = {"torture",
