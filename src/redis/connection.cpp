@@ -83,6 +83,18 @@ Status status_from_error_reply(std::string_view text, std::string_view where) {
         Code::kUnavailable,
         fmt::format("{} is a read-only replica ({}); name the master in the URI", where, text));
   }
+  if (starts("WRONGTYPE")) {
+    return Status(Code::kUnavailable,
+                  fmt::format("{}: a key of this lock holds a value of another type ({}): someone "
+                              "else wrote it; delete the lock's keys (fencelock:{{NAME}}*) on that "
+                              "instance once nobody holds it",
+                              where, text));
+  }
+  // An error raised by one of fencelock's own scripts (a counter or fence record that is not
+  // what fencelock writes): its text says what is wrong and how to repair it.
+  if (const auto at = text.find("fencelock: "); at != std::string_view::npos) {
+    return Status(Code::kUnavailable, fmt::format("{}: {}", where, text.substr(at + 11)));
+  }
   if (starts("OOM")) {
     return Status(Code::kUnavailable,
                   fmt::format("{} is out of memory and refuses writes ({}); raise maxmemory or "
@@ -254,8 +266,21 @@ void Instance::note_failure() {
 
 std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
 
-void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
-             const PipelineLimits& limits) {
+void Instance::drop_idle() {
+  MutexLock lock(mu_);
+  idle_.clear();
+}
+
+namespace {
+
+bool is_noscript(const Reply& reply) {
+  return reply && reply->type == REDIS_REPLY_ERROR && reply->str != nullptr &&
+         std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
+}
+
+// One pass of fan_out (below).
+void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
+                  const PipelineLimits& limits) {
   const bool stalls = limits.stall > Clock::duration::zero();
   std::vector<ContextPtr> contexts(calls.size());
   // When each instance last made progress: reading began, or a reply came.
@@ -390,6 +415,43 @@ void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   }
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (contexts[i]) calls[i].instance->checkin(std::move(contexts[i]));
+  }
+}
+
+}  // namespace
+
+void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
+             const PipelineLimits& limits) {
+  fan_out_once(calls, deadline, limits);
+  // A script cache that was flushed (SCRIPT FLUSH, or a server restarted behind a connection
+  // that stayed open) answers NOSCRIPT: that command did not run. The instance's idle
+  // connections are dropped, and the commands that got NOSCRIPT are sent once more, within the
+  // same deadline, on a new connection (which loads every script first: open_context).
+  std::vector<InstanceCall> again;
+  std::vector<std::size_t> owner;
+  std::vector<std::vector<std::size_t>> positions;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    std::vector<std::size_t> flushed;
+    for (std::size_t c = 0; c < calls[i].replies.size(); ++c) {
+      if (is_noscript(calls[i].replies[c])) flushed.push_back(c);
+    }
+    if (flushed.empty()) continue;
+    calls[i].instance->drop_idle();
+    InstanceCall& call = again.emplace_back();
+    call.instance = calls[i].instance;
+    for (std::size_t c : flushed) call.commands.push_back(calls[i].commands[c]);
+    owner.push_back(i);
+    positions.push_back(std::move(flushed));
+  }
+  if (again.empty() || Clock::now() >= deadline) return;
+  PipelineLimits retry = limits;
+  retry.enough = 0;  // only these instances: whoever is here must answer
+  fan_out_once(again, deadline, retry);
+  for (std::size_t j = 0; j < again.size(); ++j) {
+    InstanceCall& original = calls[owner[j]];
+    for (std::size_t k = 0; k < again[j].replies.size(); ++k) {
+      original.replies[positions[j][k]] = std::move(again[j].replies[k]);
+    }
   }
 }
 

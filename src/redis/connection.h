@@ -91,6 +91,8 @@ class Instance {
   void checkin(ContextPtr context);
   // Records that a connection broke: the next checkout reconnects, with backoff if it fails.
   void note_failure();
+  // Drops the idle connections (without counting a failure): the next checkout opens a new one.
+  void drop_idle();
 
   const ConnectSpec& spec() const { return spec_; }
   // "127.0.0.1:7001" (or "[::1]:7001").
@@ -136,7 +138,10 @@ struct PipelineLimits {
 };
 
 // Sends every call's commands to its instance, then waits for all replies until `deadline`
-// (and the limits). Replies that arrived before an instance failed stay in its `replies`.
+// (and the limits). Replies that arrived before an instance failed stay in its `replies`. A
+// command answered NOSCRIPT (a flushed script cache: it did not run) is sent once more on a new
+// connection, which loads the scripts, within the same deadline; its new reply takes the
+// NOSCRIPT's place.
 void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
              const PipelineLimits& limits = {});
 

@@ -27,24 +27,12 @@ namespace {
 constexpr std::size_t kDefaultRenewBatch = 1024;
 constexpr std::size_t kMaxRenewBatch = 1'000'000;
 
-// EVALSHA (or EVAL with the script's text: `verb` "EVAL", `script` its body) of a script.
-std::string script_command(std::string_view verb, std::string_view script,
-                           const std::vector<std::string>& keys,
-                           const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {std::string(verb), std::string(script),
-                                   std::to_string(keys.size())};
+std::string evalsha(std::string_view sha, const std::vector<std::string>& keys,
+                    const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"EVALSHA", std::string(sha), std::to_string(keys.size())};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return format_command(argv);
-}
-
-std::string evalsha(std::string_view sha, const std::vector<std::string>& keys,
-                    const std::vector<std::string>& args) {
-  return script_command("EVALSHA", sha, keys, args);
-}
-
-bool is_noscript(const redisReply* r) {
-  return r != nullptr && r->type == REDIS_REPLY_ERROR && reply_text(r).starts_with("NOSCRIPT");
 }
 
 // An error reply for one script call: a dropped script cache (NOSCRIPT) means the connection's
@@ -119,8 +107,6 @@ class RedlockBackend final : public Backend {
     std::string cmd = evalsha(lua::acquire_sha1, keys, args);
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline, majority_then_grace(req.ttl));
-    std::string with_body;
-    resend_flushed(calls, with_body, lua::acquire, keys, args, io_deadline, req.ttl);
     Round1 r1 = tally_round1(calls);
     warn_about_round1(req.key, r1);
 
@@ -301,7 +287,7 @@ class RedlockBackend final : public Backend {
     if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
       return no_majority_answered("SCAN", failures);
     }
-    return inspect_many(std::vector<std::string>(names.begin(), names.end()));
+    return inspect_many(std::vector<std::string>(names.begin(), names.end()), /*partial=*/true);
   }
 
   std::string describe() const override { return description_; }
@@ -316,29 +302,6 @@ class RedlockBackend final : public Backend {
       if (command) calls[i].commands.push_back(command);
     }
     return calls;
-  }
-
-  // An instance whose script cache was flushed (SCRIPT FLUSH, or a restart behind a connection
-  // kept open) answers NOSCRIPT: the script did not run there. It gets the call once more, with
-  // the script's text (EVAL, which loads it as well), before `deadline`; `command` holds that
-  // call. Its pooled connections are dropped too (script_error), so the next ones load every
-  // script again.
-  void resend_flushed(std::vector<InstanceCall>& calls, std::string& command, std::string_view body,
-                      const std::vector<std::string>& keys, const std::vector<std::string>& args,
-                      Clock::time_point deadline, milliseconds ttl) {
-    std::vector<InstanceCall> again;
-    std::vector<std::size_t> where;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      if (!calls[i].error.ok() || !is_noscript(calls[i].replies[0].get())) continue;
-      if (command.empty()) command = script_command("EVAL", body, keys, args);
-      InstanceCall& call = again.emplace_back();
-      call.instance = calls[i].instance;
-      call.commands.push_back(&command);
-      where.push_back(i);
-    }
-    if (again.empty()) return;
-    fan_out(again, deadline, majority_then_grace(ttl));
-    for (std::size_t j = 0; j < again.size(); ++j) calls[where[j]] = std::move(again[j]);
   }
 
   static Round1 tally_round1(std::vector<InstanceCall>& calls) {
@@ -555,7 +518,12 @@ class RedlockBackend final : public Backend {
   }
 
   // The majority holder of each key, if any (keys without one are left out).
-  Result<std::vector<HolderRow>> inspect_many(const std::vector<std::string>& names) {
+  // The majority holder of each key, if any (keys without one are left out). A key is
+  // answered when a majority of the instances answered it without an error reply. With
+  // `partial` (list) a key that is not is left out, said once in a warning, unless none was
+  // answered (then the error, as for a single key: never "nothing held").
+  Result<std::vector<HolderRow>> inspect_many(const std::vector<std::string>& names,
+                                              bool partial = false) {
     std::vector<std::string> commands;
     commands.reserve(names.size());
     for (const auto& k : names)
@@ -565,21 +533,16 @@ class RedlockBackend final : public Backend {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
     fan_out(calls, Clock::now() + options_.io_timeout);
-    // An instance that answered any of the calls with an error reply (NOPERM, a script error)
-    // did not answer the inspection: its other replies are not counted either.
-    std::vector<Status> failures;
+    std::vector<Status> instance_failures;  // instances that did not answer at all
     for (auto& call : calls) {
-      for (std::size_t c = 0; call.error.ok() && c < call.replies.size(); ++c) {
-        if (call.replies[c]->type == REDIS_REPLY_ERROR) {
-          call.error = script_error(call, call.replies[c].get());
-        }
-      }
-      if (!call.error.ok()) failures.push_back(call.error);
+      if (!call.error.ok()) instance_failures.push_back(call.error);
     }
-    if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
-      return no_majority_answered("the inspection", failures);
+    if (!has_quorum(n() - static_cast<int>(instance_failures.size()), n())) {
+      return no_majority_answered("the inspection", instance_failures);
     }
     std::vector<HolderRow> out;
+    std::vector<Status> key_failures;  // per key left out: the errors of its instances, first
+    std::size_t left_out = 0;
     for (std::size_t k = 0; k < names.size(); ++k) {
       struct Seen {
         int count = 0;
@@ -588,9 +551,15 @@ class RedlockBackend final : public Backend {
         std::string meta;
       };
       std::map<std::string, Seen> owners;
+      std::vector<Status> failures = instance_failures;
       for (auto& call : calls) {
         if (!call.error.ok()) continue;
-        const auto holder = interpret_inspect_reply(*call.replies[k]);
+        const redisReply* reply = call.replies[k].get();
+        if (reply->type == REDIS_REPLY_ERROR) {  // NOPERM on this key, a key of the wrong type
+          failures.push_back(script_error(call, reply));
+          continue;
+        }
+        const auto holder = interpret_inspect_reply(*reply);
         if (!holder) continue;
         Seen& s = owners[holder->owner];
         s.pttl = s.count == 0 ? holder->pttl : std::min(s.pttl, holder->pttl);
@@ -600,6 +569,12 @@ class RedlockBackend final : public Backend {
           s.meta = holder->metadata;
         }
       }
+      if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
+        const Status why = no_majority_answered("the inspection", failures);
+        if (!partial || names.size() == 1) return why;
+        if (left_out++ == 0) key_failures.push_back(why);
+        continue;
+      }
       for (auto& [owner, s] : owners) {
         if (!has_quorum(s.count, n())) continue;
         out.push_back(HolderRow{
@@ -607,6 +582,12 @@ class RedlockBackend final : public Backend {
             s.token == 0 ? std::nullopt : std::optional<FencingToken>(FencingToken(s.token)),
             milliseconds(std::max<long long>(s.pttl, 0)), s.meta});
       }
+    }
+    if (left_out > 0 && left_out == names.size()) return key_failures.front();
+    if (left_out > 0) {
+      detail::log(LogLevel::kWarning,
+                  "list: left out {} held lock(s) that could not be inspected (the first: {})",
+                  left_out, key_failures.front().message());
     }
     return out;
   }

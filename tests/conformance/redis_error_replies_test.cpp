@@ -116,6 +116,72 @@ TEST(RedisErrorReplies, AFlushedScriptCacheIsReloadedWithinTheAcquisition) {
       << "the acquisition never met the flushed cache: " << errors;
 }
 
+// Before: only round 1 was sent again after NOSCRIPT. Round 2 (raise_fence.lua) and every
+// release (release.lua) failed on a flushed instance: the failed attempt's lock stayed for its
+// TTL, and release() said "released on 0 of 3".
+TEST(RedlockErrorReplies, EveryScriptIsSentAgainAfterAFlushedCacheRoundTwoAndReleasesToo) {
+  auto cluster = RedisCluster::start(3);
+  // Instance 0's counter runs ahead, so the others lag and round 2 writes to them.
+  (*cluster)[0].command({"SET", detail::redis::fence_key("flushed-r2"),
+                         std::to_string(clock_floor((*cluster)[0], 60s))});
+  Client client = connect_or_throw(cluster->redlock_uri());
+  for (int i = 0; i < 3; ++i) {  // idle, loaded connections on every instance
+    auto warm = client.acquire(key("warm"), {.ttl = 5s});
+    ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  }
+  for (int i = 1; i < 3; ++i) ASSERT_EQ((*cluster)[i].command({"SCRIPT", "FLUSH"}), "OK");
+  auto lease = client.acquire(key("flushed-r2"), {.ttl = 5s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ((*cluster)[i].command({"SCRIPT", "FLUSH"}), "OK");
+  ASSERT_TRUE(lease->release().ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*cluster)[i].command({"EXISTS", lock_key("flushed-r2")}), "0") << "instance " << i;
+  }
+}
+
+// Before: one instance's counter decided everyone's tokens: a hostile value just below 2^64 on
+// one instance was granted, copied to the others by round 2, and no grant of the key was
+// possible again ("cannot grow"). Such a counter is a failed instance of the round now.
+TEST(RedlockErrorReplies, ACounterNoInstanceCouldHaveIssuedIsAFailedInstanceNotTheToken) {
+  auto cluster = RedisCluster::start(3);
+  (*cluster)[0].command({"SET", detail::redis::fence_key("hostile"), "18446744073709551614"});
+  Client client = connect_or_throw(cluster->redlock_uri());
+  std::vector<std::string> warnings;
+  warnings = warnings_while([&] {
+    for (int i = 0; i < 3; ++i) {
+      auto lease = client.acquire(key("hostile"), {.ttl = 5s});
+      ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+      EXPECT_LT(lease->token().value(), std::uint64_t{1} << 63);
+      ASSERT_TRUE(lease->release().ok());
+    }
+  });
+  EXPECT_TRUE(mentions(warnings, "cannot have issued")) << ::testing::PrintToString(warnings);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_NE((*cluster)[i].command({"GET", detail::redis::fence_key("hostile")}),
+              "18446744073709551615");
+  }
+}
+
+// A user whose ACL reaches only its own tenant's locks lists those, and the others' are left out
+// with one warning (before: one NOPERM reply discarded the whole instance's answer).
+TEST(RedisErrorReplies, AListLeavesOutLocksTheUserMayNotReadAndSaysSo) {
+  auto server = RedisServer::start();
+  Client admin = connect_or_throw(server->uri());
+  auto mine = admin.acquire(key("app1/job"), {.ttl = 10s});
+  auto theirs = admin.acquire(key("app2/job"), {.ttl = 10s});
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  server->command({"ACL", "SETUSER", "tenant", "on", ">tenant-pw", "~fencelock:{app1/*", "+@all"});
+  Client tenant = connect_or_throw("redis://tenant:tenant-pw@" + server->address());
+  std::vector<std::string> warnings = warnings_while([&] {
+    auto listed = tenant.list("");
+    ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+    ASSERT_EQ(listed->size(), 1u);
+    EXPECT_EQ((*listed)[0].key.str(), "app1/job");
+  });
+  EXPECT_TRUE(mentions(warnings, "left out 1 held lock")) << ::testing::PrintToString(warnings);
+  EXPECT_EQ(tenant.inspect(key("app2/job")).code(), Code::kPermissionDenied);
+}
+
 // A majority that refuses alike decides: two of three instances without rights on fencelock's
 // keys are kPermissionDenied, not "no quorum".
 TEST(RedlockErrorReplies, AMajorityRefusingAlikeIsTheVerdict) {

@@ -26,7 +26,8 @@ end
 
 -- Reads and checks everything the next counter depends on, before the calling script writes
 -- anything (a script error does not undo the writes before it): the counter stored at `key`
--- (false when absent; a script error unless it is a canonical token below the largest one) and
+-- (false when absent; a script error unless it is a canonical token this instance could have
+-- issued) and
 -- the clock floor at server time now_ms, now_ms * 2^20 as canonical text. The floor is exact: the
 -- milliseconds are an integer below 2^53 and the product a power of two times it, below 2^63
 -- (checked), which string.format('%d') prints without rounding.
@@ -36,14 +37,23 @@ local function fencelock_counter_start(key, now_ms)
       .. 'what clock-seeded fencing counters can represent; set the server clock right')
   end
   local stored = redis.call('GET', key)
+  local floor = string.format('%d', now_ms * FENCELOCK_GRANTS_PER_MS)
   if stored then
     fencelock_check_token(stored, 'the fence counter ' .. key)
-    if stored == FENCELOCK_MAX_TOKEN then
-      error('fencelock: the fence counter ' .. key .. ' is at the largest 64-bit token and '
-        .. 'cannot grow')
+    -- No counter this instance issued can be 2^63 or more (the clock check above), nor more than
+    -- a day ahead of its clock: such a value was written by someone else, and taking it would
+    -- let one instance push every later token (round 2 copies the largest) up to the largest
+    -- 64-bit token, where no key can be granted again. The instance fails this round instead.
+    local day_ahead = string.format('%d', (now_ms + 86400000) * FENCELOCK_GRANTS_PER_MS)
+    if #stored == 20 or (#stored == 19 and stored >= '9223372036854775808')
+        or fencelock_token_less(day_ahead, stored) then
+      error('fencelock: the fence counter ' .. key .. ' holds ' .. stored .. ', which this '
+        .. 'instance cannot have issued (2^63 or more, or over a day ahead of its clock): someone '
+        .. 'else wrote it. Once nobody holds the lock, delete it on this instance (DEL ' .. key
+        .. '); the clock floor and the other instances keep later tokens increasing')
     end
   end
-  return stored, string.format('%d', now_ms * FENCELOCK_GRANTS_PER_MS)
+  return stored, floor
 end
 
 -- Stores and returns the next token, max(stored + 1, floor) (the values fencelock_counter_start

@@ -10,6 +10,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local token = fencelock_check_token(ARGV[2], 'the chosen token')
+if #token == 20 or (#token == 19 and token >= '9223372036854775808') then
+  error('fencelock: the chosen token ' .. token .. ' is 2^63 or more, which no counter issues')
+end
 local counter = fencelock_check_token(redis.call('GET', KEYS[2]) or '0', 'the fence counter ' .. KEYS[2])
 if fencelock_token_less(counter, token) then
   redis.call('SET', KEYS[2], token)
