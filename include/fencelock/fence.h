@@ -15,8 +15,9 @@
 // token 4 are unrelated counters), so a fence record remembers the lock that issued its token
 // (Fencing::issuer, from Lease::fencing()) and refuses the token of another lock with kFenced,
 // "rejected: token N of lock 'P' cannot be compared with the tokens of lock 'R', which fences
-// this resource ...": neither lock's writers can then starve the other's by accident. The
-// calls that take a bare FencingToken present it unnamed, for programs with one lock:
+// this resource ...", whether it is older or newer: a mix-up of locks is a refusal that names
+// both, never a silent "stale" nor a silent overwrite. The calls that take a bare FencingToken
+// present it unnamed, for programs with one lock:
 // - a record written unnamed (a bare token, or a record written before records named their
 //   issuer) compares tokens only, as before; the first named token that passes that comparison
 //   names the record, which from then on belongs to its lock;

@@ -164,6 +164,9 @@ TEST(PostgresFence, MigrateUpgradesAnInstalledFenceAndRefusesTheRecordsTheOldOne
   conn.exec("BEGIN");
   EXPECT_EQ(conn.state_of("SELECT fencelock_fence('acct', 'NaN')"), "FL002");
   conn.exec("ROLLBACK");
+  EXPECT_EQ(conn.state_of("UPDATE fencelock_fences SET token = 'NaN' WHERE resource = 'acct'"),
+            "23514")
+      << "the owner's own writes hold tokens too (CHECK ... NOT VALID)";
   // The owner's repair, then the resource is fenced again.
   server->sql("UPDATE fencelock_fences SET token = 40 WHERE resource = 'nan'");
   EXPECT_EQ(conn.fenced("nan", Fencing{T(39), ""}).message(), "rejected: stale token 39 < 40");
@@ -335,6 +338,10 @@ TEST(Fencing, EveryClientOfOneClusterNamesALockAlikeAndTwoLocksDiffer) {
   EXPECT_NE(advisory.find("/fencelock/public?mode=advisory k"), std::string::npos) << advisory;
   EXPECT_EQ(issuer_of(pg->uri() + "?pool=2", "k"), advisory);
   EXPECT_NE(issuer_of(pg->uri() + "?mode=lease", "k"), advisory);
+  // Without EXECUTE on pg_control_system(), the hosts and ports as the URI writes them.
+  pg->sql("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_control_system() FROM PUBLIC");
+  EXPECT_EQ(issuer_of(pg->uri(), "k"),
+            fmt::format("postgres://127.0.0.1:{}/fencelock/public?mode=advisory k", pg->port()));
 
   auto cluster = EtcdCluster::start(1);
   const std::string etcd = issuer_of(cluster->uri(), "ns/k");
