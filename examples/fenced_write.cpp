@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   }
   // ... long work here: if this process is paused past the TTL, another holder may have written
   // meanwhile, with a larger token. The fence decides, at the resource, atomically.
-  fencelock::Status wrote = fence->set(fencelock::ResourceKey(argv[3]), argv[4], lease->token());
+  fencelock::Status wrote = fence->set(fencelock::ResourceKey(argv[3]), argv[4], lease->fencing());
   (void)lease->release();
   if (wrote.code() == fencelock::Code::kFenced) {
     std::cerr << "not written: " << wrote.message() << "\n";  // rejected: stale token N < M

@@ -41,6 +41,10 @@ class Lease {
   const LockKey& key() const;
   const OwnerId& owner() const;
   FencingToken token() const;
+  // The token and the lock that issued it (types.h): what to present to a fence, so that a
+  // resource fenced by this lock refuses the tokens of another. The issuer is the same for
+  // every Client, in any process, that names the same lock on the same backend cluster.
+  Fencing fencing() const;
   // steady_clock deadline before which no other client can be granted this key (conservative:
   // measured from the send time of the last successful acquire/renew, drift allowance subtracted).
   // Moves forward on each successful renewal.

@@ -13,7 +13,9 @@
 //   kUnauthenticated    wrong or missing credentials. Do not retry: fix the credentials.
 //   kPermissionDenied   the credentials lack a needed right. Do not retry: grant it.
 //   kInternal           a bug or an unexpected server reply. Report it.
-//   kFenced             a fence refused a stale token: a newer holder exists. Stop.
+//   kFenced             a fence refused a stale token: a newer holder exists. Stop. Or the
+//                       token of another lock than the one that fences the resource (the
+//                       message names both): stop; an administrator moves the resource.
 //   kAborted            the caller's transaction lost a concurrency conflict. Roll back and
 //                       retry the whole transaction.
 //
@@ -39,7 +41,8 @@ enum class Code {
   kUnauthenticated,
   kPermissionDenied,
   kInternal,
-  // A fence refused a write: "rejected: stale token N < M" (fence.h).
+  // A fence refused a write: "rejected: stale token N < M", or a token of another lock
+  // ("rejected: token N of lock 'P' cannot be compared with ...") (fence.h).
   kFenced,
   // The caller's transaction lost a concurrency conflict (PostgreSQL SQLSTATE 40001 serialization
   // failure, 40P01 deadlock): roll back and retry the whole transaction.

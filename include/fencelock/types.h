@@ -67,6 +67,22 @@ class FencingToken {
   std::uint64_t value_;
 };
 
+// A fencing token together with the lock that issued it, as a fence (fence.h) records it: the
+// counters of two locks are unrelated (an etcd revision 60 says nothing about a Redis token 4),
+// so a resource fenced by one lock refuses the tokens of another. Lease::fencing() builds it.
+//
+// `issuer` names the lock: the identity of the backend cluster that counts its tokens, one
+// space, then the lock's name there, both with every byte outside '!'..'~' and '%' written %XX,
+// e.g. "redis://127.0.0.1:6379/0 reports/nightly" (docs/PROTOCOLS.md, "Fences", says what
+// counts as the same issuer). Empty: unnamed, a bare token, as the fence calls that take a
+// FencingToken present it (fence.h says how fences treat one).
+struct Fencing {
+  static constexpr std::size_t kMaxIssuerBytes = 32768;
+  FencingToken token{0};
+  std::string issuer;
+  friend bool operator==(const Fencing&, const Fencing&) = default;
+};
+
 // What inspect() and list() report about a held lock. list() leaves out what a server holds under
 // a name that is not a LockKey (written by another client: empty, too long, with a NUL byte) and
 // logs a warning saying how many.

@@ -186,6 +186,14 @@ class Backend {
   // The backend's URI without credentials.
   virtual std::string describe() const = 0;
 
+  // The identity of the cluster whose counters issue this backend's tokens, as a fence issuer
+  // names it (Fencing::issuer, core/fence_issuer.h): the same for every Client of the same
+  // cluster in any process. Empty: the core derives it from the URI (redis://, redlock://,
+  // memory://).
+  virtual std::string issuer_identity() const { return {}; }
+  // The name under which that cluster counts `key`'s tokens (etcd: with the URI's namespace).
+  virtual std::string issuer_name(const LockKey& key) const { return key.str(); }
+
   // Connections reopened after a failure so far (MetricsSnapshot::reconnects).
   virtual std::uint64_t reconnects() const { return 0; }
 

@@ -7,6 +7,7 @@
 
 #include "core/client_core.h"
 #include "core/duration.h"
+#include "core/fence_issuer.h"
 #include "core/log_internal.h"
 #include "core/uri.h"
 #include "etcd/etcd_backend.h"
@@ -105,7 +106,9 @@ Result<Client> Client::connect(std::string_view uri, const ClientOptions& option
   if (auto valid = validate(options); !valid.ok()) return valid;
   auto backend = make_backend(uri, options);
   if (!backend.ok()) return backend.status();
-  return Client(std::make_shared<detail::ClientCore>(std::move(*backend), options));
+  // redis://, redlock:// and memory:// are named by their URI; the others name themselves.
+  return Client(std::make_shared<detail::ClientCore>(std::move(*backend), options,
+                                                     detail::issuer_identity_of_uri(uri)));
 }
 
 Result<Lease> Client::acquire(const LockKey& key, const AcquireOptions& options) {

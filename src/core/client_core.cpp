@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/duration.h"
+#include "core/fence_issuer.h"
 #include "core/holder_metadata.h"
 #include "core/log_internal.h"
 #include "core/saturate.h"
@@ -23,11 +24,18 @@ std::string process_metadata() {
   return meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options)
+ClientCore::ClientCore(std::unique_ptr<Backend> backend, ClientOptions options,
+                       std::string issuer_identity)
     : backend_(std::move(backend)),
       options_(options),
       default_metadata_(process_metadata()),
+      issuer_identity_(backend_->issuer_identity().empty() ? std::move(issuer_identity)
+                                                           : backend_->issuer_identity()),
       renewer_(*backend_, &metrics_) {}
+
+std::string ClientCore::fence_issuer(const LockKey& key) const {
+  return make_issuer(issuer_identity_, backend_->issuer_name(key));
+}
 
 Status ClientCore::validate(const AcquireOptions& options) const {
   if (options.ttl <= milliseconds(0)) {

@@ -18,7 +18,10 @@ namespace fencelock::detail {
 
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
-  ClientCore(std::unique_ptr<Backend> backend, ClientOptions options);
+  // `issuer_identity`: the backend's identity in fence issuers (core/fence_issuer.h), used when
+  // the backend names none itself (Backend::issuer_identity()).
+  ClientCore(std::unique_ptr<Backend> backend, ClientOptions options,
+             std::string issuer_identity = {});
 
   // `campaign`: an election campaign (AcquireCall::campaign); options.metadata is the value.
   // Every call is recorded in metrics(), whatever its outcome.
@@ -32,6 +35,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Renewer& renewer() { return renewer_; }
   LocalQueue& queue() { return queue_; }
   const ClientOptions& options() const { return options_; }
+  // Fencing::issuer of this Client's leases of `key`.
+  std::string fence_issuer(const LockKey& key) const;
   const Metrics& metrics() const { return metrics_; }
   // The counters of metrics() plus the backend's own (reconnects).
   MetricsSnapshot metrics_snapshot() const;
@@ -55,6 +60,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::unique_ptr<Backend> backend_;
   const ClientOptions options_;
   const std::string default_metadata_;
+  const std::string issuer_identity_;
   Metrics metrics_;
   TokenHistory tokens_;  // the largest token granted per key, for refuse_backwards()
   LocalQueue queue_;

@@ -34,6 +34,9 @@ Lease::~Lease() {
 const LockKey& Lease::key() const { return state_->key; }
 const OwnerId& Lease::owner() const { return state_->owner; }
 FencingToken Lease::token() const { return state_->token; }
+Fencing Lease::fencing() const {
+  return Fencing{state_->token, state_->core ? state_->core->fence_issuer(state_->key) : ""};
+}
 std::chrono::steady_clock::time_point Lease::valid_until() const { return state_->valid_until(); }
 std::stop_token Lease::lost() const { return state_->lost_source.get_token(); }
 

@@ -17,7 +17,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "core/fence_issuer.h"
 #include "core/log_internal.h"
 #include "core/mutex.h"
 #include "core/quorum.h"
@@ -125,11 +127,12 @@ const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_vie
 class EtcdBackend final : public Backend, public ElectionBackend {
  public:
   EtcdBackend(std::unique_ptr<EtcdConnection> connection, std::string description,
-              std::size_t members, std::string key_namespace)
+              std::size_t members, std::string key_namespace, std::string issuer_identity)
       : conn_(std::move(connection)),
         options_(conn_->options()),
         description_(std::move(description)),
         ns_(std::move(key_namespace)),
+        issuer_identity_(std::move(issuer_identity)),
         op_budget_(options_.io_timeout * static_cast<int>(std::max<std::size_t>(members, 2))) {}
 
   ~EtcdBackend() override {
@@ -277,6 +280,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   std::string describe() const override { return description_; }
   std::uint64_t reconnects() const override { return conn_->reconnects(); }
+  std::string issuer_identity() const override { return issuer_identity_; }
+  // A lock's tokens are the create revisions of its keys, which lie under the namespace.
+  std::string issuer_name(const LockKey& key) const override { return ns_ + key.str(); }
 
   ElectionBackend* elections() override { return this; }
 
@@ -285,6 +291,21 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                      std::string_view value, Clock::time_point deadline) override {
     auto name = lock_name_of(own);
     if (!name) return Status(Code::kInvalidArgument, "not a lock key of this backend: " + own);
+    // Keys under NAME/ are the lock's line: a data key there would be taken for a holder or a
+    // waiter that no session owns, and would block the lock until someone deletes it.
+    if (key.starts_with(lock_prefix(*name))) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("etcd_fenced_put: the data key '{}' lies under the lock's own "
+                                "prefix '{}', where its holders' keys live; choose another name",
+                                key.substr(0, 100), lock_prefix(*name).substr(0, 100)));
+    }
+    if (!ns_.empty() && key.starts_with(ns_)) {
+      return Status(Code::kInvalidArgument,
+                    fmt::format("etcd_fenced_put: the data key '{}' lies under the lock "
+                                "namespace '{}' (the URI's namespace=), where locks and "
+                                "elections live; choose a name outside it",
+                                key.substr(0, 100), ns_.substr(0, 100)));
+    }
     pb::TxnRequest request;
     compare_create_revision(request, own, static_cast<std::int64_t>(token.value()));
     pb::PutRequest* put = request.add_success()->mutable_request_put();
@@ -897,7 +918,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   const ClientOptions options_;
   const std::string description_;
   const std::string ns_;  // prepended to every lock and election name (URI option namespace=)
-  const milliseconds op_budget_;  // one call, failing over across every member
+  const std::string issuer_identity_;  // Backend::issuer_identity(): "etcd:cluster=<id hex>"
+  const milliseconds op_budget_;       // one call, failing over across every member
 
   Mutex sessions_mu_;  // held while a session is granted: one lease per TTL, never two
   std::map<std::int64_t, std::shared_ptr<Session>> sessions_
@@ -960,8 +982,8 @@ Result<std::string> read_pem(const std::string& option, const std::string& path)
 // Refuses (kInvalidArgument, as an evicting Redis is) a member whose version revokes live leases
 // after a leader stall (etcd/etcd_version.h), unless `allow`, which logs a warning instead. A
 // version that cannot be read (a proxy without Maintenance, a permission error) is a warning, not a
-// refusal.
-Status check_server_version(EtcdConnection& conn, bool allow) {
+// refusal. `cluster_id`: the cluster id of the answer's header (left alone without an answer).
+Status check_server_version(EtcdConnection& conn, bool allow, std::uint64_t* cluster_id) {
   pb::StatusRequest request;
   pb::StatusResponse response;
   const auto deadline = Clock::now() + conn.options().io_timeout;
@@ -975,6 +997,7 @@ Status check_server_version(EtcdConnection& conn, bool allow) {
                 to_status(status, "status").message());
     return Status::Ok();
   }
+  *cluster_id = response.header().cluster_id();
   auto version = parse_server_version(response.version());
   if (!version || !revokes_live_leases_after_a_leader_stall(*version)) return Status::Ok();
   const std::string risk = fmt::format(
@@ -1093,8 +1116,20 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                         "and that they accept cert/key"
                                       : "; is etcd running there? (a TLS cluster needs etcds://)"));
   }
-  if (Status st = etcd::check_server_version(*connection, allow_stale_leader_revoke); !st.ok())
+  std::uint64_t cluster_id = 0;
+  if (Status st = etcd::check_server_version(*connection, allow_stale_leader_revoke, &cluster_id);
+      !st.ok())
     return st;
+  // Fence issuers name the cluster by the id in every etcd answer (the same through any member,
+  // any endpoint spelling, any process); a member that did not answer Status leaves the sorted
+  // endpoint list instead.
+  std::string issuer_identity;
+  if (cluster_id != 0) {
+    issuer_identity = fmt::format("etcd:cluster={:x}", cluster_id);
+  } else {
+    std::sort(endpoints.begin(), endpoints.end());
+    issuer_identity = "etcd://" + escape_issuer_part(fmt::format("{}", fmt::join(endpoints, ",")));
+  }
   std::string description = redact(uri);
   std::string options_shown;
   if (!key_namespace.empty()) options_shown += "namespace=" + percent_encode(key_namespace);
@@ -1103,9 +1138,9 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
         (options_shown.empty() ? "" : "&") + std::string("allow_stale_leader_revoke=true");
   }
   if (!options_shown.empty()) description += "?" + options_shown;
-  return std::unique_ptr<Backend>(
-      std::make_unique<etcd::EtcdBackend>(std::move(connection), std::move(description),
-                                          uri.endpoints.size(), std::move(key_namespace)));
+  return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
+      std::move(connection), std::move(description), uri.endpoints.size(), std::move(key_namespace),
+      std::move(issuer_identity)));
 }
 
 }  // namespace fencelock::detail

@@ -147,6 +147,7 @@ class AdvisoryBackend final : public Backend {
   }
 
   std::string describe() const override { return uri_.description; }
+  std::string issuer_identity() const override { return uri_.issuer_identity; }
   std::uint64_t reconnects() const override { return sessions_.reconnects(); }
 
  private:

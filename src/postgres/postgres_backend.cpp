@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/fence_issuer.h"
 #include "core/log_internal.h"
 #include "core/quorum.h"
 #include "postgres/advisory_backend.h"
@@ -253,6 +254,7 @@ class LeaseBackend final : public Backend {
   }
 
   std::string describe() const override { return uri_.description; }
+  std::string issuer_identity() const override { return uri_.issuer_identity; }
   std::uint64_t reconnects() const override { return pool_.reconnects(); }
 
  private:
@@ -277,6 +279,38 @@ class LeaseBackend final : public Backend {
   PgPool pool_;
   PgListener listener_;
 };
+
+// Backend::issuer_identity(): the tokens of a mode come from one sequence in the schema
+// fencelock uses (the first of search_path) in one database of one cluster. The cluster is its
+// system identifier, which a physical standby shares (so a failover keeps the issuer) and which
+// needs EXECUTE on pg_control_system() (PUBLIC has it by default); without it, the URI's hosts
+// and ports as written.
+Result<std::string> issuer_identity(PgPool& pool, const PostgresUri& uri, milliseconds timeout) {
+  auto where = run(pool,
+                   "SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE'), "
+                   "current_database(), coalesce(current_schema(), '')",
+                   {}, Clock::now() + timeout);
+  if (!where.ok()) return where.status();
+  const std::string place =
+      fmt::format("{}/{}?mode={}", escape_issuer_part(PQgetvalue(where->get(), 0, 1)),
+                  escape_issuer_part(PQgetvalue(where->get(), 0, 2)), uri.mode);
+  if (std::string_view(PQgetvalue(where->get(), 0, 0)) == "t") {
+    auto system = run(pool, "SELECT system_identifier::text FROM pg_catalog.pg_control_system()",
+                      {}, Clock::now() + timeout);
+    if (!system.ok()) return system.status();
+    return fmt::format("postgres:system={}/{}", PQgetvalue(system->get(), 0, 0), place);
+  }
+  std::string hosts, ports;
+  PQconninfoOption* parsed = PQconninfoParse(uri.conninfo.c_str(), nullptr);
+  for (PQconninfoOption* o = parsed; o != nullptr && o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    if (std::string_view(o->keyword) == "host") hosts = o->val;
+    if (std::string_view(o->keyword) == "port") ports = o->val;
+  }
+  PQconninfoFree(parsed);
+  return fmt::format("postgres://{}:{}/{}", escape_issuer_part(hosts), escape_issuer_part(ports),
+                     place);
+}
 
 }  // namespace
 }  // namespace postgres
@@ -314,6 +348,9 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
       !async.ok()) {
     return async;
   }
+  auto identity = postgres::issuer_identity(setup, *split, options.io_timeout);
+  if (!identity.ok()) return identity.status();
+  split->issuer_identity = std::move(*identity);
   if (split->mode == "advisory") return postgres::make_advisory_backend(*split, options);
   return std::unique_ptr<Backend>(std::make_unique<postgres::LeaseBackend>(*split, options, *kept));
 }
@@ -340,7 +377,8 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
       "to_regclass('fencelock_advisory_tokens'), to_regclass('fencelock_advisory_holders'), "
       "to_regclass('fencelock_fences')) "
       "UNION ALL SELECT 'function', p.proname::text, p.proowner FROM pg_proc p "
-      "WHERE p.oid = to_regprocedure('fencelock_fence(text,numeric)')) o "
+      "WHERE p.oid IN (to_regprocedure('fencelock_fence(text,numeric)'), "
+      "to_regprocedure('fencelock_fence(text,numeric,text)'))) o "
       "JOIN pg_roles r ON r.oid = o.owner "
       "WHERE NOT r.rolsuper AND o.owner NOT IN (SELECT oid FROM mine) ORDER BY 2",
       {}, Clock::now() + timeout);
@@ -357,10 +395,13 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
   }
   auto ran = postgres::ensure_schema(pool, timeout);
   if (!ran.ok()) return ran.status();
-  // The fence (PostgresFence) too, so that one migrate sets up everything.
+  // The fence (PostgresFence) too, so that one migrate sets up everything, and upgrades a fence
+  // of an older version (the COMMENT that fence_schema.sql sets): the file keeps every record.
   auto fenced = postgres::run(pool,
                               "SELECT to_regclass('fencelock_fences') IS NOT NULL AND "
-                              "to_regprocedure('fencelock_fence(text,numeric)') IS NOT NULL",
+                              "coalesce(obj_description(to_regprocedure("
+                              "'fencelock_fence(text,numeric,text)'), 'pg_proc'), '') = "
+                              "'fencelock fence 2'",
                               {}, Clock::now() + timeout);
   if (!fenced.ok()) return fenced.status();
   if (std::string_view(PQgetvalue(fenced->get(), 0, 0)) != "t") {

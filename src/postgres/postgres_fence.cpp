@@ -14,14 +14,23 @@ namespace fencelock {
 
 namespace {
 
-Status failure(PGconn* conn, PGresult* result, std::string_view what) {
+// `function`: the fence function the statement called, named in the GRANT a writer lacks.
+Status failure(PGconn* conn, PGresult* result, std::string_view what,
+               std::string_view function = "fencelock_fence(text, numeric, text)") {
   const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
   const char* primary =
       result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr;
   std::string message = primary != nullptr ? primary : PQerrorMessage(conn);
   while (!message.empty() && message.back() == '\n') message.pop_back();
-  if (state != nullptr && std::strcmp(state, "FL001") == 0) {
+  // FL001 stale, FL003 another lock's token: the message is the refusal (fence_schema.sql).
+  if (state != nullptr && (std::strcmp(state, "FL001") == 0 || std::strcmp(state, "FL003") == 0)) {
     return Status(Code::kFenced, message);
+  }
+  if (state != nullptr && std::strcmp(state, "FL002") == 0) {  // not a token or an issuer
+    return Status(Code::kInvalidArgument, fmt::format("postgres {}: {}", what, message));
+  }
+  if (state != nullptr && std::strcmp(state, "FL004") == 0) {  // a record that holds no token
+    return Status(Code::kInternal, fmt::format("postgres {}: {}", what, message));
   }
   // Serialization failure and deadlock: the transaction is aborted; the retry is the caller's
   // (under REPEATABLE READ a holder that waited for an older holder's commit lands here).
@@ -32,13 +41,14 @@ Status failure(PGconn* conn, PGresult* result, std::string_view what) {
                               what, message, state));
   }
   if (state != nullptr && std::strcmp(state, "42501") == 0) {  // insufficient_privilege
-    return Status(Code::kPermissionDenied,
-                  fmt::format("postgres {}: {}; {}", what, message,
-                              what == "fence"
-                                  ? "writers need EXECUTE on the fence: GRANT EXECUTE ON FUNCTION "
-                                    "fencelock_fence(text, numeric) TO <role> (as its owner)"
-                                  : "the fence belongs to another role: install it as that role, "
-                                    "or have an administrator check who owns it"));
+    return Status(
+        Code::kPermissionDenied,
+        fmt::format("postgres {}: {}; {}", what, message,
+                    what == "fence" ? fmt::format("writers need EXECUTE on the fence: GRANT "
+                                                  "EXECUTE ON FUNCTION {} TO <role> (as its owner)",
+                                                  function)
+                                    : "the fence belongs to another role: install it as that role, "
+                                      "or have an administrator check who owns it"));
   }
   if (PQstatus(conn) != CONNECTION_OK) {
     return Status(Code::kUnavailable, fmt::format("postgres {}: {}", what, message));
@@ -60,6 +70,10 @@ Status PostgresFence::install(PGconn* conn) {
 }
 
 Status PostgresFence::check(PGconn* conn, std::string_view resource, FencingToken token) {
+  return check(conn, resource, Fencing{token, ""});
+}
+
+Status PostgresFence::check(PGconn* conn, std::string_view resource, const Fencing& fencing) {
   switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
       break;
@@ -79,12 +93,20 @@ Status PostgresFence::check(PGconn* conn, std::string_view resource, FencingToke
       return Status(Code::kInvalidArgument,
                     "PostgresFence::check: the connection is busy with another command");
   }
-  const std::string name(resource), value = std::to_string(token.value());
-  const char* params[] = {name.c_str(), value.c_str()};
-  PGresult* result = PQexecParams(conn, "SELECT fencelock_fence($1, $2::numeric)", 2, nullptr,
-                                  params, nullptr, nullptr, 0);
-  Status status =
-      PQresultStatus(result) == PGRES_TUPLES_OK ? Status::Ok() : failure(conn, result, "fence");
+  // The issuer is checked by the function (FL002), the one place for the rule on PostgreSQL. A
+  // bare token calls the two-argument form, so writers granted only that one keep working.
+  const std::string name(resource), value = std::to_string(fencing.token.value());
+  const char* params[] = {name.c_str(), value.c_str(), fencing.issuer.c_str()};
+  const bool named = !fencing.issuer.empty();
+  PGresult* result = PQexecParams(conn,
+                                  named ? "SELECT fencelock_fence($1, $2::numeric, $3)"
+                                        : "SELECT fencelock_fence($1, $2::numeric)",
+                                  named ? 3 : 2, nullptr, params, nullptr, nullptr, 0);
+  Status status = PQresultStatus(result) == PGRES_TUPLES_OK
+                      ? Status::Ok()
+                      : failure(conn, result, "fence",
+                                named ? "fencelock_fence(text, numeric, text)"
+                                      : "fencelock_fence(text, numeric)");
   PQclear(result);
   return status;
 }

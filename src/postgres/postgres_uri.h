@@ -28,6 +28,8 @@ struct PostgresUri {
   // failover to one can repeat tokens); refused otherwise.
   bool allow_async_standby = false;
   std::string description;  // the URI without password, for messages
+  // Backend::issuer_identity(), filled in once connected (postgres_backend.cpp).
+  std::string issuer_identity;
 };
 
 // kInvalidArgument for an unknown mode, a bad pool size, allow_async_standby other than

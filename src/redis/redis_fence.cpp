@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/fence_issuer.h"
 #include "core/mutex.h"
 #include "core/token_text.h"
 #include "core/uri.h"
@@ -119,8 +120,17 @@ Status check_data_key(std::string_view key) {
 
 std::string text(const redisReply* r) { return std::string(r->str, r->len); }
 
-// A fence record read back from Redis: kInternal unless it is a canonical token (tokens.lua's
-// rule: "0" or no leading zero, digits only, within uint64).
+Status not_a_record(std::string_view key) {
+  return Status(Code::kInternal,
+                fmt::format("the fence record {} is not a canonical token, optionally followed by "
+                            "a space and an issuer; it was written by something other than "
+                            "fencelock (an administrator can reset it: docs/PROTOCOLS.md, "
+                            "\"Fences\")",
+                            fence_key(key)));
+}
+
+// A token read back from Redis: kInternal unless it is a canonical token (tokens.lua's rule:
+// "0" or no leading zero, digits only, within uint64).
 Result<FencingToken> token_from_reply(const redisReply* r, std::string_view key) {
   if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
     if (auto token = detail::parse_canonical_token(std::string_view(r->str, r->len))) {
@@ -129,53 +139,75 @@ Result<FencingToken> token_from_reply(const redisReply* r, std::string_view key)
   } else if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) {
     return FencingToken(static_cast<std::uint64_t>(r->integer));
   }
-  return Status(Code::kInternal,
-                fmt::format("the fence record {} is not a canonical token; it was written by "
-                            "something other than fencelock",
-                            fence_key(key)));
+  return not_a_record(key);
 }
 
-// {1, x} / {0, highest} from fence_set.lua or fence_get.lua.
+// A whole record ("<token>" or "<token> <issuer>", fence_record.lua) as GET returns it.
+Result<Fencing> record_from_text(std::string_view record, std::string_view key) {
+  const std::size_t space = record.find(' ');
+  auto token = detail::parse_canonical_token(record.substr(0, space));
+  if (!token) return not_a_record(key);
+  if (space == std::string_view::npos) return Fencing{FencingToken(*token), ""};
+  const std::string_view issuer = record.substr(space + 1);
+  if (issuer.empty() || !detail::check_issuer(issuer, "RedisFence").ok()) return not_a_record(key);
+  return Fencing{FencingToken(*token), std::string(issuer)};
+}
+
+// {1, x} / {0, highest} / {2, highest, issuer} from fence_set.lua or fence_get.lua.
 Status check_shape(const redisReply* r) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements > 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      (r->element[0]->integer != 1 && r->element[0]->integer != 0) ||
-      (r->element[0]->integer == 0 && r->elements != 2)) {
-    return Status(Code::kInternal, "unexpected reply from the fence script");
-  }
+  const bool ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->elements <= 3 &&
+                  r->element[0]->type == REDIS_REPLY_INTEGER &&
+                  ((r->element[0]->integer == 1 && r->elements <= 2) ||
+                   (r->element[0]->integer == 0 && r->elements == 2) ||
+                   (r->element[0]->integer == 2 && r->elements == 3 &&
+                    r->element[2]->type == REDIS_REPLY_STRING));
+  if (!ok) return Status(Code::kInternal, "unexpected reply from the fence script");
   return Status::Ok();
+}
+
+// The refusal a {0, ...} or {2, ...} reply stands for.
+Status refusal(const redisReply* r, const Fencing& presented, std::string_view key) {
+  auto highest = token_from_reply(r->element[1], key);
+  if (!highest.ok()) return highest.status();
+  if (r->element[0]->integer == 0) return stale_token(presented.token, *highest);
+  return other_lock(presented, Fencing{*highest, text(r->element[2])});
+}
+
+// Checks shared by the fenced calls: the data key and the issuer.
+Status check_call(std::string_view key, const Fencing& fencing) {
+  if (Status st = check_data_key(key); !st.ok()) return st;
+  return detail::check_issuer(fencing.issuer, "RedisFence");
 }
 }  // namespace
 
-Status RedisFence::set(const ResourceKey& key, std::string_view value, FencingToken token) {
+Status RedisFence::set(const ResourceKey& key, std::string_view value, const Fencing& fencing) {
   const std::string_view name = key.str();
-  if (Status st = check_data_key(name); !st.ok()) return st;
-  auto reply = impl_->run_script(
-      detail::lua::fence_set, detail::lua::fence_set_sha1,
-      {std::string(name), fence_key(name), std::to_string(token.value()), std::string(value)});
+  if (Status st = check_call(name, fencing); !st.ok()) return st;
+  auto reply =
+      impl_->run_script(detail::lua::fence_set, detail::lua::fence_set_sha1,
+                        {std::string(name), fence_key(name), std::to_string(fencing.token.value()),
+                         std::string(value), fencing.issuer});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;
   if (r->element[0]->integer == 1) return Status::Ok();
-  auto highest = token_from_reply(r->element[1], name);
-  if (!highest.ok()) return highest.status();
-  return stale_token(token, *highest);
+  return refusal(r, fencing, name);
 }
 
-Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key, FencingToken token) {
+Status RedisFence::set(const ResourceKey& key, std::string_view value, FencingToken token) {
+  return set(key, value, Fencing{token, ""});
+}
+
+Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key, const Fencing& fencing) {
   const std::string_view name = key.str();
-  if (Status st = check_data_key(name); !st.ok()) return st;
-  auto reply =
-      impl_->run_script(detail::lua::fence_get, detail::lua::fence_get_sha1,
-                        {std::string(name), fence_key(name), std::to_string(token.value())});
+  if (Status st = check_call(name, fencing); !st.ok()) return st;
+  auto reply = impl_->run_script(
+      detail::lua::fence_get, detail::lua::fence_get_sha1,
+      {std::string(name), fence_key(name), std::to_string(fencing.token.value()), fencing.issuer});
   if (!reply.ok()) return reply.status();
   const redisReply* r = reply->get();
   if (Status shape = check_shape(r); !shape.ok()) return shape;
-  if (r->element[0]->integer == 0) {
-    auto highest = token_from_reply(r->element[1], name);
-    if (!highest.ok()) return highest.status();
-    return stale_token(token, *highest);
-  }
+  if (r->element[0]->integer != 1) return refusal(r, fencing, name);
   // Lua drops a trailing nil from a table: a missing name is a one-element reply.
   if (r->elements < 2 || r->element[1]->type == REDIS_REPLY_NIL) {
     return std::optional<std::string>();
@@ -184,6 +216,10 @@ Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key, Fenci
     return Status(Code::kInternal, fmt::format("the fenced read of {} found no string", name));
   }
   return std::optional<std::string>(text(r->element[1]));
+}
+
+Result<std::optional<std::string>> RedisFence::get(const ResourceKey& key, FencingToken token) {
+  return get(key, Fencing{token, ""});
 }
 
 Result<std::optional<std::string>> RedisFence::peek(const ResourceKey& key) {
@@ -198,13 +234,36 @@ Result<std::optional<std::string>> RedisFence::peek(const ResourceKey& key) {
   return std::optional<std::string>(text(reply->get()));
 }
 
-Result<FencingToken> RedisFence::highest(const ResourceKey& key) {
+Result<Fencing> RedisFence::record(const ResourceKey& key) {
   const std::string_view name = key.str();
   if (Status st = check_data_key(name); !st.ok()) return st;
   auto reply = impl_->command({"GET", fence_key(name)});
   if (!reply.ok()) return reply.status();
-  if ((*reply)->type == REDIS_REPLY_NIL) return FencingToken(0);
-  return token_from_reply(reply->get(), name);
+  if ((*reply)->type == REDIS_REPLY_NIL) return Fencing{FencingToken(0), ""};
+  if ((*reply)->type != REDIS_REPLY_STRING) return not_a_record(name);
+  return record_from_text(text(reply->get()), name);
+}
+
+Result<FencingToken> RedisFence::highest(const ResourceKey& key) {
+  auto found = record(key);
+  if (!found.ok()) return found.status();
+  return found->token;
+}
+
+Status RedisFence::adopt(const ResourceKey& key, const Fencing& fencing) {
+  const std::string_view name = key.str();
+  if (Status st = check_call(name, fencing); !st.ok()) return st;
+  std::string record = std::to_string(fencing.token.value());
+  if (!fencing.issuer.empty()) record += " " + fencing.issuer;
+  auto reply = impl_->command({"SET", fence_key(name), record});
+  return reply.ok() ? Status::Ok() : reply.status();
+}
+
+Status RedisFence::reset(const ResourceKey& key) {
+  const std::string_view name = key.str();
+  if (Status st = check_data_key(name); !st.ok()) return st;
+  auto reply = impl_->command({"DEL", fence_key(name)});
+  return reply.ok() ? Status::Ok() : reply.status();
 }
 
 std::string_view RedisFence::script() { return detail::lua::fence_set; }

@@ -63,9 +63,11 @@ class CliRun : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(CliRun, CommandSeesKeyTokenAndBackendWithoutPassword) {
+TEST_F(CliRun, CommandSeesKeyTokenIssuerAndBackendWithoutPassword) {
   auto secured = RedisServer::start(RedisServerOptions{.password = "env-secret"});
-  auto script = R"(printf '%s\n%s\n%s\n' "$FENCELOCK_KEY" "$FENCELOCK_TOKEN" "$FENCELOCK_BACKEND")";
+  auto script =
+      R"(printf '%s\n%s\n%s\n%s\n' "$FENCELOCK_KEY" "$FENCELOCK_TOKEN" "$FENCELOCK_BACKEND" )"
+      R"("$FENCELOCK_ISSUER")";
   std::vector<std::uint64_t> tokens;
   for (int i = 0; i < 2; ++i) {
     auto r = run_cli(
@@ -74,7 +76,7 @@ TEST_F(CliRun, CommandSeesKeyTokenAndBackendWithoutPassword) {
     std::vector<std::string> lines;
     std::istringstream out(r.stdout_text);
     for (std::string line; std::getline(out, line);) lines.push_back(line);
-    ASSERT_EQ(lines.size(), 3u) << r.stdout_text;
+    ASSERT_EQ(lines.size(), 4u) << r.stdout_text;
     EXPECT_EQ(lines[0], "env/key");
     ASSERT_FALSE(lines[1].empty());
     EXPECT_TRUE(std::all_of(lines[1].begin(), lines[1].end(), ::isdigit)) << lines[1];
@@ -82,6 +84,8 @@ TEST_F(CliRun, CommandSeesKeyTokenAndBackendWithoutPassword) {
     EXPECT_GT(tokens.back(), 0u);
     EXPECT_THAT(lines[2], HasSubstr(fmt::format("127.0.0.1:{}", secured->port())));
     EXPECT_THAT(lines[2], Not(HasSubstr("env-secret")));
+    // What RedisFence::script() takes as ARGV[3]: the lock's issuer (fence.h), no password.
+    EXPECT_EQ(lines[3], fmt::format("redis://127.0.0.1:{}/0 env/key", secured->port()));
     EXPECT_THAT(r.stderr_text, Not(HasSubstr("env-secret")));
   }
   EXPECT_LT(tokens[0], tokens[1]) << "tokens of successive grants must increase";

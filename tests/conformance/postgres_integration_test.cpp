@@ -355,8 +355,8 @@ TEST_F(PostgresLease, MigrateRefusesObjectsOwnedByAnotherRoleAndInstallsTheFence
   server_->sql("DROP TABLE fencelock_fences");
   auto ran = migrate(uri());
   ASSERT_TRUE(ran.ok()) << ran.status().to_string();
-  EXPECT_EQ(server_->sql("SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE proname = "
-                         "'fencelock_fence'"),
+  EXPECT_EQ(server_->sql("SELECT string_agg(DISTINCT pg_get_userbyid(proowner), ',') FROM "
+                         "pg_proc WHERE proname = 'fencelock_fence'"),
             "fencelock");
   auto again = migrate(uri());
   ASSERT_TRUE(again.ok()) << again.status().to_string();

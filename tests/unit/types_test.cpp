@@ -226,14 +226,19 @@ TEST(Result, MovesItsValueOut) {
 // The redis-plus-plus bug (a key passed where the value belongs) must not compile: a fence's key
 // is a ResourceKey, which neither a string nor a string_view converts to implicitly, nor it to
 // them, so RedisFence::set(value, key, token) and etcd_fenced_put(lease, value, key) are errors.
+template <typename Key, typename Value, typename Token>
+constexpr bool kCanSet = requires(RedisFence& fence, Key key, Value value, Token token) {
+  fence.set(key, value, token);
+};
+
 TEST(ResourceKey, AKeyAndAValueCannotBeSwappedInAFenceCall) {
   static_assert(!std::is_convertible_v<std::string_view, ResourceKey>);
   static_assert(!std::is_convertible_v<std::string, ResourceKey>);
   static_assert(!std::is_convertible_v<ResourceKey, std::string_view>);
-  static_assert(std::is_invocable_v<decltype(&RedisFence::set), RedisFence&, ResourceKey,
-                                    std::string_view, FencingToken>);
-  static_assert(!std::is_invocable_v<decltype(&RedisFence::set), RedisFence&, std::string_view,
-                                     ResourceKey, FencingToken>);
+  static_assert(kCanSet<ResourceKey, std::string_view, FencingToken>);
+  static_assert(kCanSet<ResourceKey, std::string_view, Fencing>);
+  static_assert(!kCanSet<std::string_view, ResourceKey, FencingToken>);
+  static_assert(!kCanSet<std::string_view, ResourceKey, Fencing>);
   static_assert(!std::is_invocable_v<decltype(&etcd_fenced_put), const Lease&, std::string_view,
                                      ResourceKey>);
   EXPECT_EQ(ResourceKey("accounts/42").str(), "accounts/42");

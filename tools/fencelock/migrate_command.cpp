@@ -22,8 +22,9 @@ constexpr const char* kPostgresGrants =
     "fencelock_advisory_holders TO r; GRANT USAGE ON SEQUENCE fencelock_advisory_tokens TO r;\n"
     "  lock clients, lease mode:    GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_leases TO r; "
     "GRANT USAGE ON SEQUENCE fencelock_tokens TO r;\n"
-    "  fenced writers:              GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric) TO "
-    "r; (nothing on fencelock_fences)\n"
+    "  fenced writers:              GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric, "
+    "text) TO r; (fencelock_fence(text, numeric) too for bare tokens; nothing on "
+    "fencelock_fences)\n"
     "  note: in advisory mode any role that may CONNECT can take (or block) any advisory lock.\n";
 
 }  // namespace

@@ -71,7 +71,7 @@ std::string holder_metadata(const std::vector<std::string>& command) {
 constexpr std::string_view kSecretVariables[] = {
     "FENCELOCK_REDIS_PASSWORD=", "FENCELOCK_ETCD_PASSWORD=", "PGPASSWORD="};
 
-// The inherited environment with our three variables set (an inherited FENCELOCK_BACKEND, which
+// The inherited environment with our four variables set (an inherited FENCELOCK_BACKEND, which
 // may hold a password, is replaced by the description without one) and, unless `pass_secrets`,
 // without the backends' password variables.
 std::vector<std::string> command_environment(const Lease& lease, const std::string& backend,
@@ -80,7 +80,7 @@ std::vector<std::string> command_environment(const Lease& lease, const std::stri
   for (char** entry = environ; *entry != nullptr; ++entry) {
     std::string_view e(*entry);
     if (e.starts_with("FENCELOCK_KEY=") || e.starts_with("FENCELOCK_TOKEN=") ||
-        e.starts_with("FENCELOCK_BACKEND=")) {
+        e.starts_with("FENCELOCK_ISSUER=") || e.starts_with("FENCELOCK_BACKEND=")) {
       continue;
     }
     if (!pass_secrets && std::any_of(std::begin(kSecretVariables), std::end(kSecretVariables),
@@ -91,6 +91,7 @@ std::vector<std::string> command_environment(const Lease& lease, const std::stri
   }
   env.push_back("FENCELOCK_KEY=" + lease.key().str());
   env.push_back(fmt::format("FENCELOCK_TOKEN={}", lease.token().value()));
+  env.push_back("FENCELOCK_ISSUER=" + lease.fencing().issuer);  // no password: fence.h
   env.push_back("FENCELOCK_BACKEND=" + backend);
   return env;
 }

@@ -1,7 +1,8 @@
 // `fencelock run KEY -- CMD [ARGS...]`: hold a lock around a command.
 //
-// Takes the lock, starts CMD with FENCELOCK_KEY, FENCELOCK_TOKEN and FENCELOCK_BACKEND in its
-// environment, lets the library renew the lease while CMD runs, and releases it once CMD has
+// Takes the lock, starts CMD with FENCELOCK_KEY, FENCELOCK_TOKEN, FENCELOCK_ISSUER (the lock that
+// issued the token, for a fence) and FENCELOCK_BACKEND in its environment, lets the library
+// renew the lease while CMD runs, and releases it once CMD has
 // exited and every process it started is gone. If the lease is lost, CMD's processes get SIGTERM,
 // then SIGKILL after the kill grace, which ends at the lease's validity unless
 // --grace-outlives-lease (supervisor.h has the rule; process_tree.h says how the processes are
