@@ -96,9 +96,8 @@ std::optional<pid_t> guardian_of(pid_t fencelock) {
     const pid_t pid = static_cast<pid_t>(std::atol(entry->d_name));
     if (pid <= 0 || read_file(fmt::format("/proc/{}/comm", pid)) != "fencelock-guard\n") continue;
     const std::set<std::string> theirs = pipes_of(pid);
-    if (std::any_of(theirs.begin(), theirs.end(), [&](const std::string& p) {
-          return pipes.count(p) != 0;
-        })) {
+    if (std::any_of(theirs.begin(), theirs.end(),
+                    [&](const std::string& p) { return pipes.count(p) != 0; })) {
       found = pid;
       break;
     }

@@ -95,10 +95,10 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
     const std::string key = whole_group ? "frozen-group" : "frozen-pid";
     const std::string out = path(key);
     // Two writers: CMD itself, and a child of it that left CMD's process group and session.
-    ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", key, "--",
-                                  "sh", "-c", "setsid \"$0\" \"$1\".a & exec \"$0\" \"$1\".b",
-                                  MONOTONIC_WRITER, out},
-                                 out + ".stdout", out + ".stderr");
+    ChildProcess cli =
+        spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", key, "--", "sh", "-c",
+                   "setsid \"$0\" \"$1\".a & exec \"$0\" \"$1\".b", MONOTONIC_WRITER, out},
+                  out + ".stdout", out + ".stderr");
     ASSERT_TRUE(wait_until([&] {
       return !writes_in(out + ".a").at.empty() && !writes_in(out + ".b").at.empty();
     })) << read_file(out + ".stderr");
@@ -157,12 +157,12 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
 // Without its guardian a stopped fencelock could let CMD run on: when the guardian dies, CMD is
 // stopped as after a loss (SIGTERM first) and fencelock exits 70.
 TEST_F(CliRunGuardian, WhenTheGuardianDiesTheCommandIsStoppedAndFencelockExits70) {
-  ChildProcess cli = spawn_cli(
-      {"run", "--backend", server_->uri(), "guardian-lost", "--", "sh", "-c",
-       "trap 'echo term > \"$1\"; exit 0' TERM; echo started > \"$2\"; "
-       "while :; do sleep 0.05; done",
-       "sh", path("term"), path("started")},
-      path("stdout"), path("stderr"));
+  ChildProcess cli =
+      spawn_cli({"run", "--backend", server_->uri(), "guardian-lost", "--", "sh", "-c",
+                 "trap 'echo term > \"$1\"; exit 0' TERM; echo started > \"$2\"; "
+                 "while :; do sleep 0.05; done",
+                 "sh", path("term"), path("started")},
+                path("stdout"), path("stderr"));
   ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
   const std::optional<pid_t> guardian = guardian_of(cli.pid());

@@ -178,10 +178,12 @@ TEST(Supervisor, ASignalForwardedToACommandThatStoppedItselfLands) {
   const pid_t pid = f.spawn(kStopsItself);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(eventually([&] { return state_of(pid) == 'T'; }, 10s)) << state_of(pid);
-  // A SIGTERM to fencelock, which the signalfd receives and forwards. The lease stays valid
-  // for 3 s: before, the stopped command never handled the signal and SIGKILL came at the end.
+  // A SIGTERM to fencelock, which the signalfd receives and forwards. The lease is not renewed
+  // and valid for 3 s: before, the stopped command never handled the signal, and SIGKILL came
+  // when the validity ended.
   ::kill(::getpid(), SIGTERM);
-  const LeaseDeadline lease{[] { return Clock::now() + 3000ms; }, 3000ms, false};
+  const Clock::time_point valid_until = Clock::now() + 3000ms;
+  const LeaseDeadline lease{[&] { return valid_until; }, 3000ms, false};
   ChildExit exit = supervise_command(pid, *f.signals, f.lost.get(), 5000ms, lease, {});
   ASSERT_TRUE(WIFEXITED(exit.wait_status)) << "killed by signal " << WTERMSIG(exit.wait_status);
   EXPECT_EQ(WEXITSTATUS(exit.wait_status), 0) << "the TERM trap did not run";
@@ -222,10 +224,10 @@ TEST(Guardian, KillsTheCommandAtItsDeadlineWhenTheSupervisorDoesNotRun) {
   EXPECT_TRUE(f.guardian.killed_at_deadline());
   EXPECT_FALSE(f.guardian.sent_sigterm());
   const pid_t guardian = f.guardian.pid();
-  ASSERT_GT(guardian, 0);
+  ASSERT_GT(guardian, 1);
   f.guardian.stand_down();
-  EXPECT_TRUE(eventually([&] { return state_of(guardian) == '?' || state_of(guardian) == 'Z'; },
-                         10s))
+  EXPECT_TRUE(
+      eventually([&] { return state_of(guardian) == '?' || state_of(guardian) == 'Z'; }, 10s))
       << "the guardian did not exit when stood down";
 }
 
@@ -272,8 +274,12 @@ TEST(Guardian, ItsDeathStopsTheCommand) {
   ASSERT_TRUE(f.signals.ok());
   const pid_t pid = f.spawn(kPolite);
   ASSERT_GT(pid, 0);
-  const LeaseDeadline lease{[] { return Clock::now() + 1000ms; }, 1000ms, false};
+  // Not renewed: without the guardian's exit noticed, SIGTERM would come only 1 s before the
+  // validity ends, as for a lease at risk.
+  const Clock::time_point valid_until = Clock::now() + 3000ms;
+  const LeaseDeadline lease{[&] { return valid_until; }, 2000ms, false};
   f.guardian.arm(pid);
+  ASSERT_GT(f.guardian.pid(), 1);
   ASSERT_EQ(::kill(f.guardian.pid(), SIGKILL), 0);
   bool told = false;
   SupervisionHooks hooks;
@@ -283,6 +289,7 @@ TEST(Guardian, ItsDeathStopsTheCommand) {
   EXPECT_TRUE(exit.guardian_lost);
   EXPECT_TRUE(told);
   EXPECT_TRUE(exit.sent_sigterm);
+  EXPECT_FALSE(exit.lease_at_risk) << "SIGTERM came for the lease, not for the guardian";
   ASSERT_TRUE(WIFEXITED(exit.wait_status));
   EXPECT_EQ(WEXITSTATUS(exit.wait_status), 0);
 }

@@ -83,10 +83,15 @@ bool wait_readable(int fd, std::int64_t timeout_ns) {
   return ::ppoll(&p, 1, timeout, nullptr) > 0;
 }
 
-// Every process of the tree found before any is killed (a descendant whose parent died first
-// would no longer be found below CMD), then SIGKILL to them and to CMD's group. Returns how many
-// processes were found.
-int kill_tree(const ProcessTree& tree) {
+// SIGKILL to CMD's group at once, then to every other process of the tree (fencelock, stopped
+// but alive, inherits the orphans of the group's processes, so none is lost by the order).
+// Returns how many processes were found.
+int kill_tree(const ProcessTree& tree) { return tree.signal(SIGKILL); }
+
+// fencelock is gone, and orphans are re-parented to init: every process of the tree is found
+// before any is killed (a descendant whose parent died first would no longer be found below
+// CMD), then SIGKILL to them and to CMD's group.
+int kill_orphaned_tree(const ProcessTree& tree) {
   const std::vector<pid_t> pids = tree.members();
   ::kill(-tree.root(), SIGKILL);
   for (pid_t pid : pids) ::kill(pid, SIGKILL);
@@ -97,12 +102,64 @@ int kill_tree(const ProcessTree& tree) {
 // (again every 20 ms while some of it is left, for a bounded time) and exits.
 [[noreturn]] void die_with_fencelock(pid_t pgid) {
   const ProcessTree orphaned(pgid, -1);  // fencelock's pid may already belong to another process
-  for (int round = 0; round < kRoundsAfterFencelock && kill_tree(orphaned) > 0; ++round) {
+  for (int round = 0; round < kRoundsAfterFencelock && kill_orphaned_tree(orphaned) > 0; ++round) {
     const timespec pause{0, kRekillNs};
     ::nanosleep(&pause, nullptr);
   }
   _exit(0);
 }
+
+// The guardian's watch over CMD's tree while fencelock lives: when to wake, and what to do then.
+// The deadlines are read again at every wake (a renewal may have moved them). The tree is read
+// kScanAheadNs before kill_at, so that SIGKILL at kill_at waits for no /proc scan: the group and
+// those processes get it at once, the rest of the tree right after (and again every 20 ms while
+// some of it is found).
+class Watch {
+ public:
+  Watch(const ProcessTree& tree, Guardian::Shared& shared) : tree_(tree), shared_(shared) {}
+
+  // How long to sleep, in ns; -1: until fencelock writes or dies.
+  std::int64_t timeout(std::int64_t now) const {
+    if (killing_) return kRekillNs;
+    if (killed_) return -1;
+    const std::int64_t kill_at = shared_.kill_at.load();
+    std::int64_t next = kill_at;
+    if (kill_at != kNeverNs && scanned_for_ != kill_at) next = kill_at - kScanAheadNs;
+    if (shared_.terminated.load() == 0) next = std::min(next, shared_.term_at.load());
+    return next == kNeverNs ? -1 : std::max<std::int64_t>(0, next - now);
+  }
+
+  void wake(std::int64_t now) {
+    if (killed_) {
+      killing_ = kill_tree(tree_) > 0;
+      return;
+    }
+    if (now >= shared_.term_at.load() && shared_.terminated.exchange(1) == 0) {
+      shared_.guardian_sent_sigterm.store(1);
+      tree_.signal_and_continue(SIGTERM);
+    }
+    const std::int64_t kill_at = shared_.kill_at.load();
+    if (now >= kill_at) {
+      shared_.killed.store(1);
+      killed_ = true;
+      ::kill(-tree_.root(), SIGKILL);
+      for (pid_t pid : scanned_) ::kill(pid, SIGKILL);
+      killing_ = kill_tree(tree_) > 0;
+    } else if (kill_at != kNeverNs && now >= kill_at - kScanAheadNs && scanned_for_ != kill_at) {
+      scanned_ = tree_.members();
+      scanned_for_ = kill_at;
+    }
+  }
+
+ private:
+  static constexpr std::int64_t kScanAheadNs = 20'000'000;
+  const ProcessTree& tree_;
+  Guardian::Shared& shared_;
+  std::vector<pid_t> scanned_;           // the tree, read shortly before kill_at
+  std::int64_t scanned_for_ = kNeverNs;  // the kill_at it was read for
+  bool killed_ = false;                  // SIGKILL was sent at kill_at
+  bool killing_ = false;                 // and some of the tree was found in the last round
+};
 
 // The guardian's whole life. It was forked from a process without threads, so it may allocate
 // (ProcessTree reads /proc into vectors).
@@ -139,39 +196,16 @@ int kill_tree(const ProcessTree& tree) {
   }
   if (pgid <= 1) _exit(0);
   const ProcessTree tree(pgid, fencelock);
-  bool killing = false;  // SIGKILL was sent at kill_at and some of the tree was still found
-  bool killed = false;
+  Watch watch(tree, shared);
   for (;;) {
-    std::int64_t timeout = -1;
-    if (killing) {
-      timeout = kRekillNs;
-    } else if (!killed) {
-      std::int64_t next = shared.kill_at.load();
-      if (shared.terminated.load() == 0) next = std::min(next, shared.term_at.load());
-      if (next != kNeverNs) timeout = std::max<std::int64_t>(0, next - now_ns());
-    }
-    if (wait_readable(control_fd, timeout)) {
+    if (wait_readable(control_fd, watch.timeout(now_ns()))) {
       char message = 0;
       const ssize_t n = ::read(control_fd, &message, 1);
       if (n < 0 && errno == EINTR) continue;
-      if (n == 1) _exit(0);           // stood down: the tree is gone
+      if (n == 1) _exit(0);             // stood down: the tree is gone
       die_with_fencelock(tree.root());  // end of file: fencelock died with the tree alive
     }
-    if (killed) {
-      killing = kill_tree(tree) > 0;
-      continue;
-    }
-    // Read again after the wait: a renewal may have moved the deadlines.
-    const std::int64_t now = now_ns();
-    if (now >= shared.term_at.load() && shared.terminated.exchange(1) == 0) {
-      shared.guardian_sent_sigterm.store(1);
-      tree.signal_and_continue(SIGTERM);
-    }
-    if (now >= shared.kill_at.load()) {
-      shared.killed.store(1);
-      killed = true;
-      killing = kill_tree(tree) > 0;
-    }
+    watch.wake(now_ns());
   }
 }
 
@@ -180,8 +214,8 @@ int kill_tree(const ProcessTree& tree) {
 Guardian::~Guardian() = default;
 
 Guardian Guardian::start() {
-  void* map = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                     -1, 0);
+  void* map =
+      ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) return {};
   std::unique_ptr<Shared, Unmap> shared(new (map) Shared());
   int control[2];
@@ -239,9 +273,7 @@ void Guardian::arm(pid_t pgid) {
   }
 }
 
-bool Guardian::claim_termination() {
-  return !shared_ || shared_->terminated.exchange(1) == 0;
-}
+bool Guardian::claim_termination() { return !shared_ || shared_->terminated.exchange(1) == 0; }
 
 bool Guardian::sent_sigterm() const { return shared_ && shared_->guardian_sent_sigterm.load(); }
 

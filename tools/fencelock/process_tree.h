@@ -9,9 +9,9 @@
 // process apart, finds the same tree with fencelock as the owner.
 //
 // When fencelock dies, the guardian kills the tree, and CMD itself has PR_SET_PDEATHSIG = SIGKILL
-// (spawn_command, supervisor.h). What escapes then: a descendant that left CMD's process group (setsid, setpgid)
-// and whose parent is gone (the guardian kills CMD's group and what still descends from CMD). A
-// PID namespace (--pid-namespace) closes that gap: see PidNamespace below.
+// (spawn_command, supervisor.h). What escapes then: a descendant that left CMD's process group
+// (setsid, setpgid) and whose parent is gone (the guardian kills CMD's group and what still
+// descends from CMD). A PID namespace (--pid-namespace) closes that gap: see PidNamespace below.
 //
 // Thread-safety: ProcessTree's functions are thread-compatible (they read /proc).
 #pragma once

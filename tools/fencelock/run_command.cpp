@@ -27,8 +27,8 @@
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
-#include "private_files.h"
 #include "guardian.h"
+#include "private_files.h"
 #include "process_tree.h"
 #include "reporter.h"
 #include "signals.h"
@@ -326,14 +326,12 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     summary["release_error"] = released.to_string();
   }
 
-  const int code = lost                 ? kExitLeaseLost
-                   : exit.guardian_lost ? kExitSoftware
-                                        : command_code;
+  const int code = lost ? kExitLeaseLost : exit.guardian_lost ? kExitSoftware : command_code;
   if (reporter.json()) {
     summary["exit_code"] = code;
     summary["command_exit_code"] = command_code;
     summary["lease_lost"] = lost;
-    summary["killed"] = exit.sent_sigkill;
+    summary["killed"] = exit.sent_sigkill || exit.guardian_killed;
     summary["lease_at_risk"] = exit.lease_at_risk;
     summary["leftover_processes"] = exit.leftovers;
     summary["guardian_killed"] = exit.guardian_killed;

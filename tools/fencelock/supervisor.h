@@ -3,14 +3,14 @@
 // The command runs in a process group of its own, and every signal fencelock sends goes to all of
 // the command's processes (ProcessTree, process_tree.h): those it forwards (kForwardedSignals) to
 // the group, SIGTERM and SIGKILL to the group and every descendant. Every signal but SIGKILL is
-// followed by SIGCONT, so that a command that stopped itself (kill -STOP $$) wakes to handle it. When fencelock is in the
-// foreground of its terminal it hands the terminal's foreground to the command's group (so that
-// CMD can read the terminal, and Ctrl-C and Ctrl-Z reach CMD's whole job directly), takes it back
-// when the command exits, and stops itself while the command is stopped, so that the shell's job
-// control works as for any foreground program. When the command exits, processes it left behind
-// get the same ending as a command after a loss (SIGTERM, SIGKILL after the grace or at the
-// lease's validity), and supervise_command() returns only once none is left: the lock is held
-// until the last of them is gone.
+// followed by SIGCONT, so that a command that stopped itself (kill -STOP $$) wakes to handle it.
+// When fencelock is in the foreground of its terminal it hands the terminal's foreground to the
+// command's group (so that CMD can read the terminal, and Ctrl-C and Ctrl-Z reach CMD's whole job
+// directly), takes it back when the command exits, and stops itself while the command is stopped,
+// so that the shell's job control works as for any foreground program. When the command exits,
+// processes it left behind get the same ending as a command after a loss (SIGTERM, SIGKILL after
+// the grace or at the lease's validity), and supervise_command() returns only once none is left:
+// the lock is held until the last of them is gone.
 //
 // The loop sleeps in poll() on three descriptors: the signalfd (the command's SIGCHLD and signals
 // to forward), the lease-lost eventfd and the guardian's exit pipe. Its only timers follow the
@@ -124,9 +124,9 @@ GuardianDeadlines guardian_deadlines(std::chrono::steady_clock::time_point valid
 // When the supervisor next looks for a renewal to tell the guardian of, the guardian having been
 // given `published`: ttl/3 before it, then halfway to it each time (1 ms at least); never once
 // it has passed.
-std::chrono::steady_clock::time_point next_publication(std::chrono::steady_clock::time_point now,
-                                                       std::chrono::steady_clock::time_point published,
-                                                       std::chrono::milliseconds ttl);
+std::chrono::steady_clock::time_point next_publication(
+    std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point published,
+    std::chrono::milliseconds ttl);
 
 // Waits until `pid` and every process it started have exited, forwarding signals from `signals`.
 // Terminates them when `lost_fd` (an eventfd) becomes readable, the lease runs short, or the
