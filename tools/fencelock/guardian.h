@@ -11,7 +11,8 @@
 //   fencelock's child, never a member of CMD's tree. It calls setsid(), so no signal to
 //   fencelock's process group or terminal (Ctrl-Z, Ctrl-C, kill -STOP -PGID) reaches it, and it
 //   ignores every catchable signal that could end or stop it (SIGSTOP and SIGKILL cannot be
-//   ignored: those sent to its own pid escape, see docs/CLI.md).
+//   ignored: those sent to its own pid escape, see docs/CLI.md). It asks for the real-time
+//   scheduling class (or a lower nice value), so that a saturated CPU does not make it late.
 // - The deadlines live in a shared anonymous mapping (MAP_SHARED, made before the fork) as
 //   steady_clock nanoseconds: one clock for both processes, since both run this program
 //   (CLOCK_MONOTONIC on Linux). fencelock stores them (set_deadlines) whenever a renewal moved
