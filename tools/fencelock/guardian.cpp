@@ -163,7 +163,11 @@ class Watch {
       shared_.killed.store(1);
       killed_ = true;
       ::kill(-tree_.root(), SIGKILL);
-      for (pid_t pid : scanned_) ::kill(pid, SIGKILL);
+      // Only a scan made for this deadline, shortly before it: an older one may name pids that
+      // exited and were reused since.
+      if (scanned_for_ == kill_at) {
+        for (pid_t pid : scanned_) ::kill(pid, SIGKILL);
+      }
       killing_ = kill_tree(tree_) > 0;
     } else if (kill_at != kNeverNs && now >= kill_at - kScanAheadNs && scanned_for_ != kill_at) {
       scanned_ = tree_.members();
