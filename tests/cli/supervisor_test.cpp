@@ -67,11 +67,12 @@ struct Fixture {
     std::filesystem::remove_all(dir);
   }
   // Starts `script` under /bin/sh and waits until it has created $READY (its trap is set).
-  pid_t spawn(const std::string& script) {
+  // With `armed`, the command arms the guardian itself, as under `fencelock run`.
+  pid_t spawn(const std::string& script, bool armed = false) {
     const std::string ready = dir + "/ready";
     Spawned child = spawn_command({"/bin/sh", "-c", script},
                                   {"PATH=/usr/bin:/bin", "READY=" + ready, "MARK=" + mark()},
-                                  signals->original_mask());
+                                  signals->original_mask(), -1, armed ? guardian.arming_fd() : -1);
     EXPECT_TRUE(eventually([&] { return std::filesystem::exists(ready); }, 10s))
         << "the command did not start";
     return child.pid;
@@ -229,6 +230,22 @@ TEST(Guardian, KillsTheCommandAtItsDeadlineWhenTheSupervisorDoesNotRun) {
   EXPECT_TRUE(
       eventually([&] { return state_of(guardian) == '?' || state_of(guardian) == 'Z'; }, 10s))
       << "the guardian did not exit when stood down";
+}
+
+// The command arms the guardian before it runs: a supervisor stopped right after fork() (before
+// it could arm the guardian itself) leaves no command unguarded.
+TEST(Guardian, TheCommandArmsItBeforeItRuns) {
+  Fixture f;
+  ASSERT_TRUE(f.signals.ok());
+  f.guardian.set_deadlines(Guardian::kNever, Clock::now() + 100ms);
+  const pid_t pid = f.spawn(kStubborn, /*armed=*/true);
+  ASSERT_GT(pid, 0);
+  // No arm() from here.
+  const std::optional<int> status = f.reap_within(pid, 10s);
+  ASSERT_TRUE(status.has_value()) << "the guardian was not armed by the command";
+  ASSERT_TRUE(WIFSIGNALED(*status));
+  EXPECT_EQ(WTERMSIG(*status), SIGKILL);
+  f.guardian.stand_down();
 }
 
 TEST(Guardian, WithGraceOutlivesLeaseItSendsSigtermAndContinuesBeforeSigkill) {

@@ -298,6 +298,12 @@ void Guardian::arm(pid_t pgid) {
   }
 }
 
+void Guardian::arm_in_child(int arming_fd) {
+  const pid_t self = ::getpid();
+  ssize_t ignored = ::write(arming_fd, &self, sizeof self);
+  (void)ignored;
+}
+
 bool Guardian::claim_termination() { return !shared_ || shared_->terminated.exchange(1) == 0; }
 
 bool Guardian::sent_sigterm() const { return shared_ && shared_->guardian_sent_sigterm.load(); }

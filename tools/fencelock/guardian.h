@@ -70,6 +70,13 @@ class Guardian {
   void set_deadlines(Clock::time_point term_at, Clock::time_point kill_at);
   // From now on the guardian guards the tree of CMD, whose process group is `pgid`.
   void arm(pid_t pgid);
+  // The descriptor a child writes to with arm_in_child(); -1 when inactive. Close-on-exec.
+  int arming_fd() const { return control_.get(); }
+  // Arms the guardian from CMD's own process, after setpgid(0, 0) and before exec, so that CMD
+  // never runs unguarded (as it could between fork() and an arm() from a parent that is stopped
+  // at that moment). Async-signal-safe; a failure (the guardian is gone) is left to the
+  // supervisor, which sees the guardian's exit.
+  static void arm_in_child(int arming_fd);
   // True if the caller may send SIGTERM to the tree: the guardian has not, and will not.
   bool claim_termination();
   // What the guardian did: sent SIGTERM at term_at; sent SIGKILL at kill_at.

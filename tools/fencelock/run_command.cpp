@@ -238,9 +238,9 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
   const std::vector<std::string> argv =
       args.pid_namespace ? pid_namespace::wrap(args.command) : args.command;
   Spawned child = spawn_command(argv, command_environment(lease, backend, args.pass_secrets),
-                                signals.original_mask(), terminal.get());
-  if (child.pid >= 0) guardian.arm(child.pid);
+                                signals.original_mask(), terminal.get(), guardian.arming_fd());
   if (child.pid < 0) {
+    guardian.stand_down();  // it may have been armed by a child whose exec failed
     Status released = lease.release();
     (void)released;
     int code = child.exec_errno == ENOENT ? kExitNotFound : kExitCannotExecute;

@@ -32,13 +32,16 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 // Between fork() and exec() in a multi-threaded process only async-signal-safe calls are allowed:
 // everything the child needs was prepared before fork().
 [[noreturn]] void exec_in_child(char* const* argv, char* const* envp, const sigset_t& mask,
-                                int error_pipe, pid_t parent, int terminal_fd) {
+                                int error_pipe, pid_t parent, int terminal_fd, int guardian_fd) {
   // A process group of its own, so that every signal can go to the whole job (the parent sets it
   // too: whichever runs first). SIGKILL if the forking thread (fencelock's main thread, which
   // lives as long as fencelock) dies; a parent that died before this line is caught by getppid().
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) _exit(kExitSoftware);
+  // The guardian guards this process group before the command runs (SIGPIPE is still ignored
+  // here, as in fencelock: a guardian that is gone makes the write fail, not this process die).
+  if (guardian_fd >= 0) Guardian::arm_in_child(guardian_fd);
   if (terminal_fd >= 0) {
     // The terminal's foreground goes to the command's group; a background group may only take
     // it with SIGTTOU blocked.
@@ -96,7 +99,7 @@ int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
 
 Spawned spawn_command(const std::vector<std::string>& argv,
                       const std::vector<std::string>& environment, const sigset_t& child_mask,
-                      int terminal_fd) {
+                      int terminal_fd, int guardian_fd) {
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(environment);
   int fds[2];
@@ -108,7 +111,8 @@ Spawned spawn_command(const std::vector<std::string>& argv,
   pid_t pid = fork();
   if (pid < 0) return {-1, errno};
   if (pid == 0) {
-    exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get(), parent, terminal_fd);
+    exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get(), parent, terminal_fd,
+                  guardian_fd);
   }
   ::setpgid(pid, pid);  // EACCES once the child has exec'd: it did so itself
   if (terminal_fd >= 0) give_terminal(terminal_fd, pid);

@@ -60,10 +60,11 @@ struct Spawned {
 // its pid) that gets the foreground of `terminal_fd` unless that is -1, with PR_SET_PDEATHSIG =
 // SIGKILL (tied to the calling thread: call from a thread that lives as long as the command).
 // Reports a failed exec through a close-on-exec pipe and reaps the child in that case, so the
-// caller sees it as exec_errno. REQUIRES: !argv.empty().
+// caller sees it as exec_errno. With `guardian_fd` (Guardian::arming_fd()) the child arms the
+// guardian itself before exec (Guardian::arm_in_child). REQUIRES: !argv.empty().
 Spawned spawn_command(const std::vector<std::string>& argv,
                       const std::vector<std::string>& environment, const sigset_t& child_mask,
-                      int terminal_fd = -1);
+                      int terminal_fd = -1, int guardian_fd = -1);
 
 struct SupervisionHooks {
   // The lease was lost and SIGTERM was just sent to the command.
