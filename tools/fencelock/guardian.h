@@ -18,6 +18,8 @@
 //   (CLOCK_MONOTONIC on Linux). fencelock stores them (set_deadlines) whenever a renewal moved
 //   valid_until(); the guardian sleeps until the earliest and reads them again when it wakes, so
 //   a renewal it was not told of (fencelock frozen) does not delay it.
+// - CMD's own process arms the guardian before exec (arm_in_child), so that CMD never runs
+//   unguarded, not even when fencelock is stopped right after fork().
 // - At term_at (only --grace-outlives-lease sets one) it sends SIGTERM and then SIGCONT to CMD's
 //   tree unless fencelock already sent SIGTERM (claim_termination); at kill_at, SIGKILL to the
 //   tree, again every 20 ms until none of it is left. The tree is found as fencelock finds it
