@@ -5,8 +5,11 @@
 // connection), in loops bounded by a timeout; never a bare sleep.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,14 @@ ChildProcess spawn_cli(const std::vector<std::string>& args, const std::string& 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s);
 
 bool file_exists(const std::string& path);
+
+// Alive: the pid exists and is not a zombie (a zombie re-parented to a container's init that
+// never reaps still has a /proc entry, but runs nothing).
+bool process_alive(pid_t pid);
+
+// The guardian process of the `fencelock run` with pid `fencelock` (named "fencelock-guard"; the
+// one that shares a pipe with it), found in /proc; nullopt if there is none.
+std::optional<pid_t> guardian_of(pid_t fencelock);
 std::vector<std::string> read_lines(const std::string& path);
 
 // Lock keys ("fencelock:{K}") held on `server`, leaving out the fencing counters ("...:fence").

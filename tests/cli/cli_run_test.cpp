@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -260,6 +261,53 @@ TEST_F(CliRun, SigtermIsForwardedAndTheLockReleasedAfterTheCommandExits) {
   EXPECT_EQ(*code, 143) << "the command's own exit code (its TERM trap) is returned";
   EXPECT_EQ(read_file(path("term")), "term\n") << "SIGTERM was not forwarded to the command";
   EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+// A command that stopped itself never handled a forwarded SIGTERM (it stayed pending while the
+// lock was renewed: 10 minutes under `timeout 6 fencelock run`); SIGCONT after each forwarded
+// signal wakes it to handle it.
+const std::string kStopsItself =
+    "trap 'echo term > \"$1\"; exit 143' TERM; echo $$ > \"$2\"; kill -STOP $$; "
+    "while :; do sleep 0.05; done";
+
+// The state letter of `pid` (/proc/PID/stat), '?' if it is gone.
+char state_of(pid_t pid) {
+  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  const auto close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+}
+
+TEST_F(CliRun, ASignalForwardedToACommandThatStoppedItselfLands) {
+  ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "stopped-self", "--", "sh",
+                                "-c", kStopsItself, "sh", path("term"), path("pid")},
+                               path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return !read_lines(path("pid")).empty(); }))
+      << read_file(path("stderr"));
+  const pid_t command = static_cast<pid_t>(std::stol(read_lines(path("pid")).front()));
+  ASSERT_TRUE(wait_until([&] { return state_of(command) == 'T'; })) << state_of(command);
+  cli.signal(SIGTERM);
+  const std::optional<int> code = cli.wait_for(10s);
+  ASSERT_TRUE(code.has_value()) << "SIGTERM never reached the stopped command";
+  EXPECT_EQ(*code, 143) << read_file(path("stderr"));
+  EXPECT_EQ(read_file(path("term")), "term\n");
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+// The same for fencelock's own SIGTERM after a loss: the stopped command gets to handle it
+// (before, it was killed by SIGKILL at the validity's end without having run its trap).
+TEST_F(CliRun, ALostLeasesSigtermReachesACommandThatStoppedItself) {
+  ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", "stopped-lost",
+                                "--", "sh", "-c", kStopsItself, "sh", path("term"), path("pid")},
+                               path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return !read_lines(path("pid")).empty(); }))
+      << read_file(path("stderr"));
+  const pid_t command = static_cast<pid_t>(std::stol(read_lines(path("pid")).front()));
+  ASSERT_TRUE(wait_until([&] { return state_of(command) == 'T'; })) << state_of(command);
+  server_->command({"DEL", "fencelock:{stopped-lost}"});
+  const std::optional<int> code = cli.wait_for(15s);
+  ASSERT_TRUE(code.has_value()) << read_file(path("stderr"));
+  EXPECT_EQ(*code, 73) << read_file(path("stderr"));
+  EXPECT_EQ(read_file(path("term")), "term\n") << "the stopped command never handled SIGTERM";
 }
 
 TEST_F(CliRun, SigintWhileWaitingCancelsWithoutRunningTheCommand) {

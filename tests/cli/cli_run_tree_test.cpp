@@ -34,15 +34,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// Alive: the pid exists and is not a zombie (a zombie re-parented to a container's init that
-// never reaps still has a /proc entry, but runs nothing).
-bool alive(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
-}
+bool alive(pid_t pid) { return process_alive(pid); }
 
 std::vector<pid_t> pids_in(const std::string& file) {
   std::vector<pid_t> pids;
@@ -186,16 +178,20 @@ TEST_F(CliRunTree, ProcessesLeftBehindByCmdAreEndedBeforeTheLockIsReleased) {
   }
 }
 
-TEST_F(CliRunTree, KillingFencelockKillsCmdAndItsBackgroundChildWithin1s) {
+TEST_F(CliRunTree, KillingFencelockKillsCmdAndItsBackgroundChildWithin1sAndTheGuardianExits) {
   ChildProcess cli = start("tree-kill9", fmt::format("{0} & {0} & wait", kWorker), 2);
   const std::vector<pid_t> workers = pids_in(path("pids"));
   ASSERT_EQ(workers.size(), 2u);
+  const std::optional<pid_t> guardian = guardian_of(cli.pid());
+  ASSERT_TRUE(guardian.has_value()) << "no fencelock-guard process shares a pipe with fencelock";
   cli.signal(SIGKILL);
   ASSERT_TRUE(cli.wait_for(5s).has_value());
   for (pid_t pid : workers) {
     EXPECT_TRUE(eventually([&] { return !alive(pid); }, 1s, 5ms))
         << "worker " << pid << " outlived fencelock run by more than 1 s";
   }
+  EXPECT_TRUE(eventually([&] { return !alive(*guardian); }, 5s, 5ms))
+      << "the guardian outlived fencelock and its command";
 }
 
 TEST_F(CliRunTree, WithAPidNamespaceEvenASetsidGrandchildDiesWithFencelock) {

@@ -71,10 +71,11 @@ CLI::App* add_run(CLI::App& app, RunArgs& args) {
       "SIGTERM, then SIGKILL after --kill-grace but never after the lease's validity ends, and\n"
       "fencelock exits 73. --grace-outlives-lease lets the grace run past the validity: only for\n"
       "a CMD whose writes are fenced with FENCELOCK_TOKEN. SIGINT, SIGTERM, SIGHUP, SIGQUIT,\n"
-      "SIGUSR1 and SIGUSR2 are forwarded to CMD's process group. Every process CMD starts is\n"
-      "ended with it: the lock is released only when the last one has exited. If fencelock\n"
-      "itself is killed, CMD's process group is killed at once; --pid-namespace also catches\n"
-      "processes that left the group (setsid).\n\n"
+      "SIGUSR1 and SIGUSR2 are forwarded to CMD's process group (each followed by SIGCONT).\n"
+      "Every process CMD starts is ended with it: the lock is released only when the last one\n"
+      "has exited. A guardian process kills CMD's processes when the lease's validity ends\n"
+      "even if fencelock itself is stopped, and at once if fencelock is killed; --pid-namespace\n"
+      "also catches processes that left CMD's group (setsid) when fencelock is killed.\n\n"
       "Example:\n  fencelock run --ttl 30s --wait 1m reports/nightly -- ./make-report.sh\n\n" +
       std::string(kSeeAlso));
   add_backend_options(run, args.backend, args.json);

@@ -75,6 +75,8 @@ std::vector<ProcStat> all_processes() {
 
 }  // namespace
 
+ProcessTree::ProcessTree(pid_t root) : root_(root), owner_(::getpid()) {}
+
 std::vector<pid_t> ProcessTree::members() const {
   const pid_t self = ::getpid();
   const std::vector<ProcStat> procs = all_processes();
@@ -93,8 +95,10 @@ std::vector<pid_t> ProcessTree::members() const {
   };
   std::vector<pid_t> out;
   for (const ProcStat& p : procs) {
-    if (p.zombie || p.pid == self) continue;
-    if (p.pgrp == root_ || p.ppid == self || descends_from_root(p.pid)) out.push_back(p.pid);
+    if (p.zombie || p.pid == self || p.pid == owner_) continue;
+    if (p.pgrp == root_ || (owner_ > 0 && p.ppid == owner_) || descends_from_root(p.pid)) {
+      out.push_back(p.pid);
+    }
   }
   return out;
 }
@@ -103,6 +107,17 @@ int ProcessTree::signal(int signo) const {
   ::kill(-root_, signo);
   const std::vector<pid_t> pids = members();
   for (pid_t pid : pids) ::kill(pid, signo);
+  return static_cast<int>(pids.size());
+}
+
+int ProcessTree::signal_and_continue(int signo) const {
+  ::kill(-root_, signo);
+  ::kill(-root_, SIGCONT);
+  const std::vector<pid_t> pids = members();
+  for (pid_t pid : pids) {
+    ::kill(pid, signo);
+    ::kill(pid, SIGCONT);
+  }
   return static_cast<int>(pids.size());
 }
 
@@ -128,77 +143,6 @@ bool reap_children(pid_t root, bool report_stops, int& root_status, bool& stoppe
     }
   }
   return root_seen;
-}
-
-namespace {
-
-// The guardian's whole life; only async-signal-safe calls (it may be forked from a process
-// that has threads, though start() asks for none).
-[[noreturn]] void guard(int read_fd) {
-  ::setsid();  // out of fencelock's process group and terminal: their signals do not reach it
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  for (int signo :
-       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) {
-    ::sigaction(signo, &ignore, nullptr);
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-  // Keep only the pipe: inherited sockets must not outlive fencelock in this process.
-  if (read_fd > 0) ::close_range(0, static_cast<unsigned>(read_fd) - 1, 0);
-  ::close_range(static_cast<unsigned>(read_fd) + 1, ~0U, 0);
-  pid_t pgid = 0;
-  std::size_t got = 0;
-  auto* bytes = reinterpret_cast<char*>(&pgid);
-  while (got < sizeof pgid) {
-    const ssize_t n = ::read(read_fd, bytes + got, sizeof pgid - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) _exit(0);  // fencelock ended before starting a command
-    got += static_cast<std::size_t>(n);
-  }
-  for (;;) {
-    char done = 0;
-    const ssize_t n = ::read(read_fd, &done, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0 && pgid > 1) ::kill(-pgid, SIGKILL);  // EOF: fencelock died with the tree alive
-    _exit(0);
-  }
-}
-
-}  // namespace
-
-Guardian Guardian::start() {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
-  UniqueFd read_end(fds[0]);
-  UniqueFd write_end(fds[1]);
-  // Double fork: the guardian is re-parented to init at once, so it is never a child of
-  // fencelock (which reaps every child) nor a member of the command's tree.
-  const pid_t middle = ::fork();
-  if (middle < 0) return {};
-  if (middle == 0) {
-    ::close(write_end.get());
-    if (::fork() == 0) guard(read_end.get());
-    _exit(0);
-  }
-  int status = 0;
-  while (::waitpid(middle, &status, 0) < 0 && errno == EINTR) {
-  }
-  return Guardian(std::move(write_end));
-}
-
-void Guardian::arm(pid_t pgid) {
-  if (!active()) return;
-  if (::write(fd_.get(), &pgid, sizeof pgid) != static_cast<ssize_t>(sizeof pgid)) fd_.reset();
-}
-
-void Guardian::stand_down() {
-  if (!active()) return;
-  const char done = 'd';
-  ssize_t ignored = ::write(fd_.get(), &done, 1);
-  (void)ignored;
-  fd_.reset();
 }
 
 std::string become_subreaper() {

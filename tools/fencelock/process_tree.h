@@ -3,20 +3,17 @@
 // `fencelock run` starts CMD in a process group of its own (pgid = CMD's pid) and, as a child
 // subreaper (PR_SET_CHILD_SUBREAPER), inherits every descendant whose parent exits. ProcessTree
 // names the processes that belong to CMD: the members of CMD's process group, CMD's descendants,
-// and the children of this process (a subreaper's children are CMD or orphans of CMD's tree).
-// Signals to the tree go to all of them, so `sh -c 'worker & wait'`, a pipeline and even a
-// `setsid` grandchild are reached while fencelock lives.
+// and the children of the tree's owner, fencelock (a subreaper's children are CMD or orphans of
+// CMD's tree). Signals to the tree go to all of them, so `sh -c 'worker & wait'`, a pipeline and
+// even a `setsid` grandchild are reached while fencelock lives. The guardian (guardian.h), a
+// process apart, finds the same tree with fencelock as the owner.
 //
-// When fencelock itself dies (SIGKILL, the OOM killer), the Guardian ends the tree: a small
-// process forked before any thread, in a session of its own, that waits on a pipe whose only
-// writer is fencelock. The kernel closes that pipe when fencelock dies, and the guardian sends
-// SIGKILL to CMD's process group at once. CMD also has PR_SET_PDEATHSIG = SIGKILL (set in the
-// child, which then checks that its parent is still the one that forked it). What escapes when
-// fencelock dies: a descendant that left CMD's process group (setsid, setpgid) and whose parent is
-// gone. A PID namespace (--pid-namespace) closes that gap: see PidNamespace below.
+// When fencelock dies, the guardian kills the tree, and CMD itself has PR_SET_PDEATHSIG = SIGKILL
+// (spawn_command, supervisor.h). What escapes then: a descendant that left CMD's process group
+// (setsid, setpgid) and whose parent is gone (the guardian kills CMD's group and what still
+// descends from CMD). A PID namespace (--pid-namespace) closes that gap: see PidNamespace below.
 //
-// Thread-safety: ProcessTree's functions are thread-compatible (they read /proc). Guardian::start
-// must run before the process starts threads; its other members from one thread.
+// Thread-safety: ProcessTree's functions are thread-compatible (they read /proc).
 #pragma once
 
 #include <sys/types.h>
@@ -24,50 +21,38 @@
 #include <string>
 #include <vector>
 
-#include "unique_fd.h"
-
 namespace fencelock::cli {
 
 class ProcessTree {
  public:
-  explicit ProcessTree(pid_t root) : root_(root) {}
+  // The tree of `root` owned by this process.
+  explicit ProcessTree(pid_t root);
+  // The tree of `root` owned by `owner` (-1: none, when fencelock is gone).
+  ProcessTree(pid_t root, pid_t owner) : root_(root), owner_(owner) {}
 
   pid_t root() const { return root_; }
 
   // The members that have not exited (zombies left out), found in /proc. A process is a member
-  // if it is in the root's process group, descends from the root, or is a child of this process.
+  // if it is in the root's process group, descends from the root, or is a child of the owner;
+  // neither the owner nor the calling process is one.
   std::vector<pid_t> members() const;
 
   // Sends `signo` to the root's process group and to every member. Returns how many members
   // (outside the group's own delivery) were found.
   int signal(int signo) const;
+  // Sends `signo` and then SIGCONT to the group and to every member, so that a stopped process
+  // wakes to handle the signal (for every signal but SIGKILL, which needs no SIGCONT).
+  int signal_and_continue(int signo) const;
 
  private:
   pid_t root_;
+  pid_t owner_;
 };
 
 // Reaps every exited child of this process without blocking. `root_status` receives the wait
 // status of `root` if it was reaped (stops of `root` are reported too when `report_stops`).
 // Returns true if `root` was reaped or reported stopped; `stopped` tells which.
 bool reap_children(pid_t root, bool report_stops, int& root_status, bool& stopped);
-
-// Ends CMD's process group when fencelock dies. Inactive (does nothing) if it could not start.
-class Guardian {
- public:
-  Guardian() = default;
-  // Forks the guardian. REQUIRES: no other thread of this process has been started yet.
-  static Guardian start();
-
-  bool active() const { return fd_.valid(); }
-  // From now on the guardian kills process group `pgid` if fencelock dies.
-  void arm(pid_t pgid);
-  // The tree is gone: the guardian exits without killing anything.
-  void stand_down();
-
- private:
-  explicit Guardian(UniqueFd fd) : fd_(std::move(fd)) {}
-  UniqueFd fd_;
-};
 
 // Makes this process a child subreaper. Returns "" or what failed.
 std::string become_subreaper();

@@ -27,6 +27,7 @@
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "fencelock/metrics.h"
+#include "guardian.h"
 #include "private_files.h"
 #include "process_tree.h"
 #include "reporter.h"
@@ -227,13 +228,20 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
                          summary);
   }
 
+  const LeaseDeadline deadline{[&lease] { return lease.valid_until(); }, settings.acquire.ttl,
+                               args.grace_outlives_lease};
+  // The guardian knows the deadline before the command starts (the supervisor moves it on).
+  const GuardianDeadlines initial =
+      guardian_deadlines(lease.valid_until(), settings.kill_grace, deadline);
+  guardian.set_deadlines(initial.term_at, initial.kill_at);
+
   const UniqueFd terminal = foreground_terminal();
   const std::vector<std::string> argv =
       args.pid_namespace ? pid_namespace::wrap(args.command) : args.command;
   Spawned child = spawn_command(argv, command_environment(lease, backend, args.pass_secrets),
-                                signals.original_mask(), terminal.get());
-  if (child.pid >= 0) guardian.arm(child.pid);
+                                signals.original_mask(), terminal.get(), guardian.arming_fd());
   if (child.pid < 0) {
+    guardian.stand_down();  // it may have been armed by a child whose exec failed
     Status released = lease.release();
     (void)released;
     int code = child.exec_errno == ENOENT ? kExitNotFound : kExitCannotExecute;
@@ -242,8 +250,6 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
         fmt::format("cannot run '{}': {}", program, detail::errno_text(child.exec_errno)), summary);
   }
 
-  const LeaseDeadline deadline{[&lease] { return lease.valid_until(); }, settings.acquire.ttl,
-                               args.grace_outlives_lease};
   // The time SIGKILL follows SIGTERM, as the supervisor will apply it.
   auto kill_follows = [&] {
     if (args.grace_outlives_lease) return detail::format_duration(settings.kill_grace);
@@ -285,14 +291,30 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
         "'{}' is released when the last one has exited",
         program, count, count == 1 ? "" : "es", kill_follows(), key));
   };
+  hooks.on_guardian_lost = [&] {
+    reporter.note(fmt::format(
+        "the guardian process (pid {}) exited while {} ran; without it a stopped fencelock could "
+        "let {} run past the lease on '{}': sent SIGTERM to {} (pid {}) and every process it "
+        "started, SIGKILL follows in {}",
+        guardian.pid(), program, program, key, program, child.pid, kill_follows()));
+  };
   ChildExit exit = supervise_command(child.pid, signals, lost_fd->get(), settings.kill_grace,
-                                     deadline, hooks, terminal.get());
+                                     deadline, hooks, &guardian, terminal.get());
   guardian.stand_down();
 
   const int command_code = shell_exit_code(exit.wait_status);
+  if (exit.guardian_killed && !exit.sent_sigkill) {
+    reporter.note(fmt::format(
+        "lease on '{}' (token {}) reached the end of its validity while fencelock (pid {}) was "
+        "not running (stopped or frozen); the guardian (pid {}) sent SIGKILL to {} (pid {}) and "
+        "every process it started",
+        key, lease.token().value(), ::getpid(), guardian.pid(), program, child.pid));
+  }
   // Lost after the command's last moment but before we saw it exit: it may have run unprotected.
-  const bool lost = exit.lease_lost || exit.lease_at_risk || lease.is_lost();
-  if (lost && !exit.lease_lost && !exit.lease_at_risk) {
+  // The guardian's SIGKILL came at the end of the validity: the lease is lost too.
+  const bool lost =
+      exit.lease_lost || exit.lease_at_risk || exit.guardian_killed || lease.is_lost();
+  if (lost && !exit.lease_lost && !exit.lease_at_risk && !exit.guardian_killed) {
     reporter.note(
         fmt::format("lease on '{}' was lost while {} ran; it exited with {} before "
                     "fencelock could stop it",
@@ -305,14 +327,16 @@ int supervise_under_lease(const RunArgs& args, const RunSettings& settings, Leas
     summary["release_error"] = released.to_string();
   }
 
-  const int code = lost ? kExitLeaseLost : command_code;
+  const int code = lost ? kExitLeaseLost : exit.guardian_lost ? kExitSoftware : command_code;
   if (reporter.json()) {
     summary["exit_code"] = code;
     summary["command_exit_code"] = command_code;
     summary["lease_lost"] = lost;
-    summary["killed"] = exit.sent_sigkill;
+    summary["killed"] = exit.sent_sigkill || exit.guardian_killed;
     summary["lease_at_risk"] = exit.lease_at_risk;
     summary["leftover_processes"] = exit.leftovers;
+    summary["guardian_killed"] = exit.guardian_killed;
+    summary["guardian_lost"] = exit.guardian_lost;
     std::fputs((json_line(summary) + "\n").c_str(), stderr);
   }
   return code;

@@ -32,13 +32,16 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 // Between fork() and exec() in a multi-threaded process only async-signal-safe calls are allowed:
 // everything the child needs was prepared before fork().
 [[noreturn]] void exec_in_child(char* const* argv, char* const* envp, const sigset_t& mask,
-                                int error_pipe, pid_t parent, int terminal_fd) {
+                                int error_pipe, pid_t parent, int terminal_fd, int guardian_fd) {
   // A process group of its own, so that every signal can go to the whole job (the parent sets it
   // too: whichever runs first). SIGKILL if the forking thread (fencelock's main thread, which
   // lives as long as fencelock) dies; a parent that died before this line is caught by getppid().
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) _exit(kExitSoftware);
+  // The guardian guards this process group before the command runs (SIGPIPE is still ignored
+  // here, as in fencelock: a guardian that is gone makes the write fail, not this process die).
+  if (guardian_fd >= 0) Guardian::arm_in_child(guardian_fd);
   if (terminal_fd >= 0) {
     // The terminal's foreground goes to the command's group; a background group may only take
     // it with SIGTTOU blocked.
@@ -96,7 +99,7 @@ int poll_timeout_ms(std::optional<Clock::time_point> deadline) {
 
 Spawned spawn_command(const std::vector<std::string>& argv,
                       const std::vector<std::string>& environment, const sigset_t& child_mask,
-                      int terminal_fd) {
+                      int terminal_fd, int guardian_fd) {
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(environment);
   int fds[2];
@@ -108,7 +111,8 @@ Spawned spawn_command(const std::vector<std::string>& argv,
   pid_t pid = fork();
   if (pid < 0) return {-1, errno};
   if (pid == 0) {
-    exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get(), parent, terminal_fd);
+    exec_in_child(c_argv.data(), c_env.data(), child_mask, write_end.get(), parent, terminal_fd,
+                  guardian_fd);
   }
   ::setpgid(pid, pid);  // EACCES once the child has exec'd: it did so itself
   if (terminal_fd >= 0) give_terminal(terminal_fd, pid);
@@ -134,6 +138,24 @@ std::chrono::milliseconds kill_margin(std::chrono::milliseconds ttl) {
   return std::clamp(ttl / 20, std::chrono::milliseconds(1), std::chrono::milliseconds(25));
 }
 
+GuardianDeadlines guardian_deadlines(Clock::time_point valid_until,
+                                     std::chrono::milliseconds kill_grace,
+                                     const LeaseDeadline& lease) {
+  if (lease.grace_outlives_lease) {
+    return {valid_until, detail::deadline_after(valid_until, kill_grace)};
+  }
+  const auto margin = std::chrono::duration_cast<std::chrono::microseconds>(kill_margin(lease.ttl));
+  return {Guardian::kNever, valid_until - margin / 2};
+}
+
+Clock::time_point next_publication(Clock::time_point now, Clock::time_point published,
+                                   std::chrono::milliseconds ttl) {
+  const Clock::time_point first = published - ttl / 3;
+  if (now < first) return first;
+  if (now >= published) return Clock::time_point::max();
+  return now + std::max<Clock::duration>((published - now) / 2, std::chrono::milliseconds(1));
+}
+
 namespace {
 
 // After SIGKILL, how often the tree is looked at again (a process forking as SIGKILL arrived may
@@ -144,15 +166,36 @@ constexpr std::chrono::milliseconds kRekill{20};
 class Terminator {
  public:
   Terminator(const ProcessTree& tree, std::chrono::milliseconds grace, const LeaseDeadline& lease,
-             const SupervisionHooks& hooks, ChildExit& result)
-      : tree_(tree), grace_(grace), lease_(lease), hooks_(hooks), result_(result) {}
+             const SupervisionHooks& hooks, Guardian* guardian, ChildExit& result)
+      : tree_(tree),
+        grace_(grace),
+        lease_(lease),
+        hooks_(hooks),
+        guardian_(guardian != nullptr && guardian->active() ? guardian : nullptr),
+        result_(result) {
+    publish(Clock::now());
+  }
 
   // The next moment the loop must wake for, if any.
   std::optional<Clock::time_point> next_wake() const {
     if (result_.sent_sigkill) return Clock::now() + kRekill;
     if (result_.sent_sigterm) return result_.kill_deadline;
-    if (lease_.grace_outlives_lease || !lease_.valid_until) return std::nullopt;
-    return lease_.valid_until() - termination_lead(grace_, lease_.ttl);
+    std::optional<Clock::time_point> wake;
+    if (publishing()) wake = next_publication_;
+    if (lease_.grace_outlives_lease || !lease_.valid_until) return wake;
+    const Clock::time_point at_risk = lease_.valid_until() - termination_lead(grace_, lease_.ttl);
+    return wake ? std::min(*wake, at_risk) : at_risk;
+  }
+
+  // The guardian exited while the command ran: without it nothing guards the command while
+  // fencelock is not scheduled, so it is ended as after a loss.
+  void guardian_lost() {
+    result_.guardian_lost = true;
+    guardian_ = nullptr;
+    if (!result_.sent_sigterm) {
+      terminate();
+      if (hooks_.on_guardian_lost) hooks_.on_guardian_lost();
+    }
   }
 
   void lease_lost() {
@@ -175,6 +218,7 @@ class Terminator {
 
   // Called on every wake: the short-lease SIGTERM and the SIGKILL when their time has come.
   void on_time(Clock::time_point now) {
+    publish(now);
     if (result_.sent_sigkill) {
       tree_.signal(SIGKILL);
       return;
@@ -198,9 +242,34 @@ class Terminator {
     if (!result_.sent_sigkill) kill(false);
   }
 
+  // What the guardian did, for the result.
+  void record_guardian(const Guardian* guardian) const {
+    if (guardian == nullptr) return;
+    result_.guardian_killed = guardian->killed_at_deadline();
+    result_.guardian_sigterm = guardian->sent_sigterm();
+  }
+
  private:
+  // The guardian follows the lease until the supervisor sends SIGTERM itself.
+  bool publishing() const {
+    return guardian_ != nullptr && lease_.valid_until && !result_.sent_sigterm;
+  }
+
+  // Tells the guardian the lease's deadline if a renewal moved it.
+  void publish(Clock::time_point now) {
+    if (!publishing()) return;
+    const Clock::time_point valid_until = lease_.valid_until();
+    if (!published_ || valid_until > *published_) {
+      const GuardianDeadlines deadlines = guardian_deadlines(valid_until, grace_, lease_);
+      guardian_->set_deadlines(deadlines.term_at, deadlines.kill_at);
+      published_ = valid_until;
+    }
+    next_publication_ = next_publication(now, *published_, lease_.ttl);
+  }
+
   void terminate() {
-    tree_.signal(SIGTERM);
+    // SIGTERM once: not if the guardian sent it while fencelock was not scheduled.
+    if (guardian_ == nullptr || guardian_->claim_termination()) tree_.signal_and_continue(SIGTERM);
     result_.sent_sigterm = true;
     const Clock::time_point after_grace = detail::deadline_after(Clock::now(), grace_);
     result_.kill_deadline = after_grace;
@@ -223,32 +292,40 @@ class Terminator {
   std::chrono::milliseconds grace_;
   const LeaseDeadline& lease_;
   const SupervisionHooks& hooks_;
+  Guardian* guardian_;  // null when there is none, or once it exited
   ChildExit& result_;
   bool kill_for_validity_ = false;  // SIGKILL is due at the validity, before the grace ends
+  std::optional<Clock::time_point> published_;  // the valid_until() the guardian was last given
+  Clock::time_point next_publication_ = Clock::time_point::max();
 };
 
 }  // namespace
 
 ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
                             std::chrono::milliseconds kill_grace, const LeaseDeadline& lease,
-                            const SupervisionHooks& hooks, int terminal_fd) {
+                            const SupervisionHooks& hooks, Guardian* guardian, int terminal_fd) {
   ChildExit result;
   const ProcessTree tree(pid);
-  Terminator terminator(tree, kill_grace, lease, hooks, result);
+  Terminator terminator(tree, kill_grace, lease, hooks, guardian, result);
+  int guardian_fd = guardian != nullptr && guardian->active() ? guardian->exit_fd() : -1;
   bool command_exited = false;
   for (;;) {
-    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {lost_fd, POLLIN, 0}};
-    // Lease loss is acted on once; after that only the tree's exit matters.
-    nfds_t count = result.lease_lost ? 1 : 2;
-    int ready = ::poll(fds, count, poll_timeout_ms(terminator.next_wake()));
+    // Lease loss and the guardian's exit are acted on once (poll() skips a negative fd); after
+    // that only the tree's exit matters.
+    pollfd fds[3] = {{signals.fd(), POLLIN, 0},
+                     {result.lease_lost ? -1 : lost_fd, POLLIN, 0},
+                     {guardian_fd, POLLIN, 0}};
+    int ready = ::poll(fds, 3, poll_timeout_ms(terminator.next_wake()));
     if (ready < 0 && errno != EINTR) terminator.kill_now();
     if (ready > 0 && (fds[0].revents & POLLIN)) {
       // The command's group is not the terminal's foreground group unless fencelock handed the
       // terminal over, and then the terminal's signals reach only the command: whatever arrives
-      // here did not reach the command yet.
+      // here did not reach the command yet. SIGCONT after it: a stopped command handles it too.
       for (const signalfd_siginfo& info : signals.drain()) {
         int signo = static_cast<int>(info.ssi_signo);
-        if (signo != SIGCHLD) ::kill(-pid, signo);
+        if (signo == SIGCHLD) continue;
+        ::kill(-pid, signo);
+        ::kill(-pid, SIGCONT);
       }
     }
     int status = 0;
@@ -263,12 +340,19 @@ ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
     }
     if (command_exited) {
       const std::vector<pid_t> left = tree.members();
-      if (left.empty()) return result;
+      if (left.empty()) {
+        terminator.record_guardian(guardian);
+        return result;
+      }
       terminator.leftovers(static_cast<int>(left.size()));
     }
-    if (ready > 0 && count == 2 && (fds[1].revents & POLLIN)) {
+    if (ready > 0 && fds[1].fd >= 0 && (fds[1].revents & POLLIN)) {
       drain_eventfd(lost_fd);
       terminator.lease_lost();
+    }
+    if (ready > 0 && fds[2].fd >= 0 && fds[2].revents != 0) {
+      guardian_fd = -1;
+      terminator.guardian_lost();
     }
     terminator.on_time(Clock::now());
   }

@@ -1,0 +1,187 @@
+// The guardian of `fencelock run` (tools/fencelock/guardian.h), the dead man's switch apart from
+// fencelock: a stopped fencelock (kill -STOP of its pid, or of its whole process group as a
+// terminal's job control does) cannot let CMD's tree write past the lease's validity; the
+// guardian's own death stops CMD; the guardian never outlives fencelock. Against a real
+// redis-server, with commands that record a CLOCK_MONOTONIC timestamp per write.
+#include <dirent.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <ctime>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+
+namespace fencelock::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::int64_t monotonic_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// What a monotonic_writer (tests/cli/monotonic_writer.cpp) left in its file.
+struct Writes {
+  pid_t pid = -1;
+  std::vector<std::int64_t> at;  // CLOCK_MONOTONIC ns, taken just before each write
+};
+Writes writes_in(const std::string& file) {
+  Writes writes;
+  for (const std::string& line : read_lines(file)) {
+    if (line.starts_with("pid ")) {
+      writes.pid = static_cast<pid_t>(std::stol(line.substr(4)));
+    } else if (!line.empty()) {
+      writes.at.push_back(std::stoll(line));
+    }
+  }
+  return writes;
+}
+
+// Every thread of `pid` is stopped (state T), so none of fencelock runs any more.
+bool all_threads_stopped(pid_t pid) {
+  const std::string tasks = fmt::format("/proc/{}/task", pid);
+  DIR* dir = ::opendir(tasks.c_str());
+  if (dir == nullptr) return false;
+  bool stopped = true;
+  int seen = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string stat = read_file(fmt::format("{}/{}/stat", tasks, entry->d_name));
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) continue;
+    ++seen;
+    if (stat[close + 2] != 'T' && stat[close + 2] != 't') stopped = false;
+  }
+  ::closedir(dir);
+  return seen > 0 && stopped;
+}
+
+class CliRunGuardian : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = RedisServer::start();
+    dir_ = make_temp_dir("fencelock-cli-guardian-");
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::unique_ptr<RedisServer> server_;
+  std::string dir_;
+};
+
+// The run that broke the guard: fencelock SIGSTOPped (not its command) while CMD writes in a
+// loop. Before the guardian, CMD wrote on for as long as fencelock stayed stopped (29 writes in
+// 3 s beside the next holder); fencelock's own guard runs only when fencelock is scheduled.
+TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesValidity) {
+  constexpr std::int64_t kTtlNs = 1'000'000'000;
+  // Client-side drift allowance subtracted from every validity (drift_factor 0.01, plus 2 ms).
+  constexpr std::int64_t kDriftNs = kTtlNs / 100 + 2'000'000;
+  for (const bool whole_group : {false, true}) {
+    SCOPED_TRACE(whole_group ? "SIGSTOP to fencelock's process group" : "SIGSTOP to fencelock");
+    const std::string key = whole_group ? "frozen-group" : "frozen-pid";
+    const std::string out = path(key);
+    // Two writers: CMD itself, and a child of it that left CMD's process group and session.
+    ChildProcess cli =
+        spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", key, "--", "sh", "-c",
+                   "setsid \"$0\" \"$1\".a & exec \"$0\" \"$1\".b", MONOTONIC_WRITER, out},
+                  out + ".stdout", out + ".stderr");
+    ASSERT_TRUE(wait_until([&] {
+      return !writes_in(out + ".a").at.empty() && !writes_in(out + ".b").at.empty();
+    })) << read_file(out + ".stderr");
+    const std::optional<pid_t> guardian = guardian_of(cli.pid());
+    ASSERT_TRUE(guardian.has_value()) << "no fencelock-guard process shares a pipe with fencelock";
+    // At normal priority a saturated CPU can wake the guardian later than its margin (docs/CLI.md,
+    // scheduling): the time bound is checked where it has the real-time class (root, as in CI).
+    const bool real_time = (::sched_getscheduler(*guardian) & ~SCHED_RESET_ON_FORK) == SCHED_RR;
+    const std::vector<pid_t> writers = {writes_in(out + ".a").pid, writes_in(out + ".b").pid};
+
+    if (whole_group) {
+      cli.signal_group(SIGSTOP);
+    } else {
+      cli.signal(SIGSTOP);
+    }
+    ASSERT_TRUE(wait_until([&] { return all_threads_stopped(cli.pid()); }));
+    // Nothing of fencelock runs now, so its valid_until() no longer moves. It is at most the
+    // server's expiry of the key (a renewal's TTL counts from its send time, less the drift
+    // allowance); the expiry is at most PTTL after the reply, within a millisecond of rounding.
+    const std::int64_t stopped_at = monotonic_ns();
+    const std::string pttl = server_->command({"PTTL", fmt::format("fencelock:{{{}}}", key)});
+    const std::int64_t replied_at = monotonic_ns();
+    ASSERT_GT(std::stoll(pttl), 0) << "the lock is not held";
+    const std::int64_t expiry = replied_at + (std::stoll(pttl) + 1) * 1'000'000;
+    const std::int64_t valid_until_bound = expiry + 1'000'000 - kDriftNs;
+
+    for (pid_t pid : writers) {
+      EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s))
+          << "writer " << pid << " ran on past the lease while fencelock was stopped";
+    }
+    for (const char* suffix : {".a", ".b"}) {
+      const Writes writes = writes_in(out + suffix);
+      ASSERT_FALSE(writes.at.empty());
+      const std::int64_t last = *std::max_element(writes.at.begin(), writes.at.end());
+      EXPECT_GT(last, stopped_at) << "the writer did not run while fencelock was stopped";
+      if (real_time) {
+        EXPECT_LT(last, valid_until_bound)
+            << "writer" << suffix << " wrote " << (last - valid_until_bound) / 1000
+            << " us after the lease's validity ended";
+      }
+      std::cout << "writer" << suffix << ": last write " << (valid_until_bound - last) / 1000
+                << " us before the bound on valid_until()"
+                << (real_time ? "" : " (guardian at normal priority: not checked)") << "\n";
+    }
+    EXPECT_TRUE(process_alive(*guardian)) << "the guardian waits for fencelock";
+
+    if (whole_group) {
+      cli.signal_group(SIGCONT);
+    } else {
+      cli.signal(SIGCONT);
+    }
+    const std::optional<int> code = cli.wait_for(15s);
+    ASSERT_TRUE(code.has_value()) << read_file(out + ".stderr");
+    EXPECT_EQ(*code, 73) << read_file(out + ".stderr");
+    EXPECT_THAT(read_file(out + ".stderr"), HasSubstr("while fencelock (pid"));
+    EXPECT_THAT(read_file(out + ".stderr"), HasSubstr("the guardian (pid"));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(*guardian); }, 5s))
+        << "the guardian outlived fencelock";
+  }
+}
+
+// Without its guardian a stopped fencelock could let CMD run on: when the guardian dies, CMD is
+// stopped as after a loss (SIGTERM first) and fencelock exits 70.
+TEST_F(CliRunGuardian, WhenTheGuardianDiesTheCommandIsStoppedAndFencelockExits70) {
+  const std::string script =
+      "trap 'echo term > \"$1\"; exit 0' TERM; echo started > \"$2\"; while :; do sleep 0.05; done";
+  ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "guardian-lost", "--", "sh",
+                                "-c", script, "sh", path("term"), path("started")},
+                               path("stdout"), path("stderr"));
+  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+      << read_file(path("stderr"));
+  const std::optional<pid_t> guardian = guardian_of(cli.pid());
+  ASSERT_TRUE(guardian.has_value());
+  ASSERT_EQ(::kill(*guardian, SIGKILL), 0);
+  const std::optional<int> code = cli.wait_for(15s);
+  ASSERT_TRUE(code.has_value()) << "the command ran on without its guardian";
+  EXPECT_EQ(*code, 70) << read_file(path("stderr"));
+  EXPECT_EQ(read_file(path("term")), "term\n") << "the command did not get SIGTERM";
+  EXPECT_THAT(read_file(path("stderr")),
+              HasSubstr(fmt::format("the guardian process (pid {}) exited", *guardian)));
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
+}
+
+}  // namespace
+}  // namespace fencelock::testing
