@@ -55,6 +55,10 @@ class Lease {
   bool is_lost() const { return lost().stop_requested(); }
   // Runs `callback` once when lost() fires (at once, on this thread, if it already has). The
   // callback runs on a fencelock thread: keep it short and never call back into this Lease.
+  // When many leases are lost together, every lost() fires before any of their callbacks run,
+  // so a callback may run a moment after valid_until(); lost() itself never fires later. (A
+  // std::stop_callback registered on lost() directly runs as it fires, on the same thread: keep
+  // such a callback to setting a flag.)
   void on_lost(std::function<void()> callback);
 
   // Releases the lock (compare owner and delete). OK if released or already expired; an error

@@ -43,7 +43,7 @@ std::stop_token Lease::lost() const { return state_->lost_source.get_token(); }
 void Lease::on_lost(std::function<void()> callback) {
   detail::MutexLock lock(state_->callbacks_mu);
   state_->callbacks.push_back(std::make_unique<std::stop_callback<std::function<void()>>>(
-      state_->lost_source.get_token(), std::move(callback)));
+      state_->callbacks_source.get_token(), std::move(callback)));
 }
 
 Status Lease::release() {

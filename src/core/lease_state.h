@@ -38,11 +38,19 @@ struct LeaseState {
   void set_valid_until(Clock::time_point t) {
     valid_until_ticks.store(t.time_since_epoch().count(), std::memory_order_release);
   }
-  // Fires lost() once; later calls do nothing.
-  void mark_lost() { lost_source.request_stop(); }
+  // Fires lost() once, then the on_lost() callbacks; later calls do nothing.
+  void mark_lost() {
+    lost_source.request_stop();
+    callbacks_source.request_stop();
+  }
 
   std::atomic<Clock::rep> valid_until_ticks{0};
+  // lost(): stop callbacks a program registers on the token itself run inline when it fires.
   std::stop_source lost_source;
+  // Lease::on_lost() callbacks hang on this one, requested right after lost_source: the watchdog
+  // signals every lease of a batch first and runs their callbacks after, so that the callbacks'
+  // time never makes a later lease's signal late.
+  std::stop_source callbacks_source;
   std::atomic<bool> released{false};
 
   Mutex callbacks_mu;

@@ -36,6 +36,8 @@ Clock::time_point fire_time(const LeaseState& lease) {
 constexpr std::size_t kFireChunk = 1024;
 // A batch of losses names this many leases one by one in the log, then sums up the rest.
 constexpr std::size_t kLossesLogged = 16;
+// Batches and rounds of fewer leases do not change the estimated cost of firing one.
+constexpr std::size_t kFireCostSample = 64;
 
 }  // namespace
 
@@ -44,13 +46,17 @@ milliseconds Renewer::lost_guard(milliseconds ttl) {
 }
 
 void Renewer::note_fire_cost(Clock::duration spent, std::size_t leases) {
-  if (leases == 0) return;
+  // A few leases say little: one preemption of the thread would pass for a slow lease, and
+  // the lead only matters for batches of many.
+  if (leases < kFireCostSample) return;
   const std::int64_t per_lease =
       std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count() /
       static_cast<std::int64_t>(leases);
-  // Rises at once, falls slowly: one quick batch must not undo the lead a slow one showed.
+  // Rises fast (at most fourfold a sample), falls slowly: one quick batch must not undo the lead
+  // a slow one showed, nor one slow sample inflate it for long.
   std::int64_t old = fire_cost_ns_.load(std::memory_order_relaxed);
-  const std::int64_t next = per_lease > old ? per_lease : (7 * old + per_lease) / 8;
+  const std::int64_t next =
+      per_lease > old ? std::min(per_lease, 4 * old) : (7 * old + per_lease) / 8;
   fire_cost_ns_.compare_exchange_strong(old, std::max<std::int64_t>(next, 100),
                                         std::memory_order_relaxed);
 }
@@ -315,10 +321,14 @@ std::size_t Renewer::fire_losses(const std::vector<std::shared_ptr<LeaseState>>&
   for (const auto& lease : lost) {
     if (lease->lost_source.stop_requested()) continue;  // already released: not a loss
     if (metrics_ != nullptr) metrics_->record_loss();   // before lost(), so that observers see it
-    lease->mark_lost();
+    lease->lost_source.request_stop();
     ++fired;
   }
   return fired;
+}
+
+void Renewer::run_lost_callbacks(const std::vector<std::shared_ptr<LeaseState>>& lost) {
+  for (const auto& lease : lost) lease->callbacks_source.request_stop();
 }
 
 void Renewer::log_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected) {
@@ -342,6 +352,7 @@ void Renewer::report_losses(const std::vector<std::shared_ptr<LeaseState>>& lost
     if (!lease->lost_source.stop_requested()) fired.push_back(lease);
   }
   fire_losses(fired);
+  run_lost_callbacks(fired);
   log_losses(fired, rejected);
 }
 
@@ -382,8 +393,11 @@ void Renewer::watchdog_loop(std::stop_token stop) {
     if (!batch.empty()) {
       // What firing one lease costs (taking it out of the schedule included): the lead that
       // renewal rounds give the leases they renew together. Rises at once, falls slowly.
+      // The time to take them out of the schedule (the loop above, under the lock) and signal
+      // them; not their on_lost() callbacks, which run now, after every lost() of the batch.
       note_fire_cost(Clock::now() - batch_start, batch_fired);
       lock.unlock();
+      run_lost_callbacks(batch);
       log_losses(batch, /*rejected=*/false);
       batch.clear();
       batch_fired = 0;

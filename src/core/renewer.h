@@ -111,6 +111,10 @@ class Renewer {
   // how many. REQUIRES: no lock held.
   std::size_t fire_losses(const std::vector<std::shared_ptr<LeaseState>>& lost)
       FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
+  // Runs the on_lost() callbacks of `lost` (after fire_losses: every lost() of a batch fires
+  // before any callback runs). REQUIRES: no lock held.
+  void run_lost_callbacks(const std::vector<std::shared_ptr<LeaseState>>& lost)
+      FENCELOCK_EXCLUDES(inbox_mu_, watch_mu_);
   // One warning per lost lease, the first kLossesLogged of them, then one line for the rest.
   // REQUIRES: no lock held.
   void log_losses(const std::vector<std::shared_ptr<LeaseState>>& lost, bool rejected)
@@ -118,7 +122,8 @@ class Renewer {
   // How much earlier a lease renewed in a round of `leases` is fired: four times what firing
   // them all costs (fire_cost_ns_: a margin for a busy machine), at most a quarter of its TTL.
   Clock::duration fire_lead(std::size_t leases, milliseconds ttl) const;
-  // Folds a measurement into fire_cost_ns_: `spent` for `leases` leases.
+  // Folds a measurement into fire_cost_ns_: `spent` for `leases` leases (at least 64, else
+  // ignored).
   void note_fire_cost(Clock::duration spent, std::size_t leases);
 
   Backend& backend_;

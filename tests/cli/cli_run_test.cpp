@@ -139,6 +139,17 @@ TEST_F(CliRun, APasswordInBackendIsWarnedAbout) {
   EXPECT_THAT(plain.stderr_text, Not(HasSubstr("warning")));
 }
 
+// What the acquisition's rounds find reaches the operator (before: the CLI's warning sink ended
+// with connect(), so a fencing counter far ahead of its server's clock was said only to library
+// users).
+TEST_F(CliRun, AFencingCounterFarAheadOfItsServersClockIsWarnedAbout) {
+  server_->command({"SET", "fencelock:{ahead}:fence", std::to_string(clock_floor(*server_, 10s))});
+  auto r = run_cli({"run", "--backend", server_->uri(), "ahead", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("warning:"));
+  EXPECT_THAT(r.stderr_text, HasSubstr("ahead of this server's clock"));
+}
+
 TEST_F(CliRun, JsonSummaryIsOneObjectOnStderr) {
   auto r = run_cli({"run", "--json", "--backend", server_->uri(), "json/key", "--", "sh", "-c",
                     "echo out; exit 4"});

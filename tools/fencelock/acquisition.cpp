@@ -54,7 +54,11 @@ Acquisition connect_and_acquire(const std::string& uri, bool json, const LockKey
   out.interrupted_by = run_cancellable(signals, [&](std::stop_token stop) {
     // Writes only to out.client and out.lease, which the caller reads after the join.
     options.stop = stop;
-    out.client.emplace(connect_with_warnings(uri, json));
+    // Through the acquisition too: what its rounds find (an instance that answered with an
+    // error, a fencing counter far ahead of its server's clock) reaches the operator. No lease
+    // exists yet, so no loss can be reported twice.
+    ConnectWarnings warnings(json);
+    out.client.emplace(Client::connect(uri));
     if (out.client->ok() && !stop.stop_requested()) {
       out.lease.emplace(out.client->value().acquire(key, options));
     }

@@ -2,8 +2,10 @@
 // allow_stale_leader_revoke=true, an eviction policy that cannot be read, a redlock:// that
 // tolerates no failure; and `list`'s count of held locks whose names are no lock keys) reach the
 // operator on stderr: "fencelock: warning: MESSAGE", or with --json one object
-// {"warning":"backend","message":MESSAGE}. Only while a ConnectWarnings lives:
-// later library messages (a lost lease, which every command reports itself) are not repeated.
+// {"warning":"backend","message":MESSAGE}. Only while a ConnectWarnings lives (`run` and `elect`
+// keep it through their acquisition: an instance that answered a round with an error, a
+// fencing counter far ahead of its server's clock): later library messages (a lost lease, which
+// every command reports itself) are not repeated.
 //
 // Thread-safety: one ConnectWarnings at a time per process (it installs the library's log sink).
 #pragma once
