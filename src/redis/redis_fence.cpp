@@ -51,7 +51,14 @@ struct RedisFence::Impl {
     }
     redis::Reply reply(raw);
     if (reply->type == REDIS_REPLY_ERROR) {
-      return redis::status_from_error_reply(std::string_view(reply->str, reply->len), "fence");
+      const std::string_view text(reply->str, reply->len);
+      Status st = redis::status_from_error_reply(text, "fence");
+      // The fence script's own errors (a record that is not what fencelock writes) are kInternal
+      // (fence.h): unlike a lock's instance, a fence has no majority to fall back on.
+      if (st.code() == Code::kUnavailable && text.find("fencelock: ") != std::string_view::npos) {
+        return Status(Code::kInternal, std::string(st.message()));
+      }
+      return st;
     }
     return reply;
   }

@@ -225,5 +225,39 @@ TEST(PostgresPoolerDurability, LeaseTokensNeverRepeatAfterACrashThroughTransacti
   EXPECT_GT((*after)->token().value(), highest) << "a token was granted twice";
 }
 
+// The same holds for renewals and releases: a renewal the holder counts on (its valid_until
+// moved) that a crash takes back would let the lease expire on the server before the holder's
+// validity ends, and another client be granted it while the holder still writes; a lost release
+// keeps a freed lock for its TTL. lease_renew.sql and lease_release.sql raise synchronous_commit
+// for their own transaction as lease_acquire.sql does.
+TEST(PostgresPoolerDurability, RenewalsAndReleasesSurviveACrashThroughTransactionPooling) {
+  auto server = PostgresServer::start(
+      {.extra_settings = {"synchronous_commit=off", "wal_writer_delay=10000ms"}});
+  auto bouncer = PgBouncer::start(
+      *server, {.pool_mode = "transaction", .extra_settings = {"server_login_retry = 1"}});
+  auto client = Client::connect(bouncer->uri() + "?mode=lease");
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto held = client->acquire(key("renewed-pooled"), {.ttl = 3s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  auto freed = client->acquire(key("released-pooled"), {.ttl = 60s});
+  ASSERT_TRUE(freed.ok()) << freed.status().to_string();
+  ASSERT_TRUE(freed->release().ok());
+  const auto granted_until = held->valid_until();
+  ASSERT_TRUE(eventually([&] { return held->valid_until() > granted_until + 500ms; }, 10s, 5ms))
+      << "no renewal";
+  const std::string expiry =
+      "SELECT expires_at FROM fencelock_leases WHERE name = 'renewed-pooled'";
+  const std::string renewed = server->sql(expiry);
+  ASSERT_FALSE(renewed.empty());
+  server->crash();
+  server->start_again();
+  // A later renewal may have committed between the read and the crash: at least the one seen.
+  EXPECT_EQ(server->sql("SELECT (" + expiry + ") >= '" + renewed + "'::timestamptz"), "t")
+      << "the renewal to " << renewed << " was lost in the crash: now "
+      << server->sql(expiry);
+  EXPECT_EQ(server->sql("SELECT owner FROM fencelock_leases WHERE name = 'released-pooled'"), "")
+      << "the release was lost in the crash";
+}
+
 }  // namespace
 }  // namespace fencelock::testing

@@ -242,8 +242,13 @@ TEST(RedisRound2Script, RaisesTheCounterExactlyAndRefusesAMalformedOne) {
   EXPECT_EQ(server->command({"GET", fence_key("r")}), "9007199254740993");
   EXPECT_EQ(raise("9007199254740992"), "1");  // never lowered
   EXPECT_EQ(server->command({"GET", fence_key("r")}), "9007199254740993");
-  EXPECT_EQ(raise("18446744073709551615"), "1");
-  EXPECT_EQ(server->command({"GET", fence_key("r")}), "18446744073709551615");
+  EXPECT_EQ(raise("9223372036854775807"), "1");  // 2^63 - 1: the largest token a counter issues
+  EXPECT_EQ(server->command({"GET", fence_key("r")}), "9223372036854775807");
+  // 2^63 and above no counter issues (counter.lua): a failed instance, and nothing is written.
+  for (const char* huge : {"9223372036854775808", "18446744073709551615"}) {
+    EXPECT_NE(raise(huge).find("2^63 or more"), std::string::npos) << huge;
+    EXPECT_EQ(server->command({"GET", fence_key("r")}), "9223372036854775807") << huge;
+  }
   for (const char* bad : {"-1", "007", "abc", "18446744073709551616"}) {
     EXPECT_NE(raise(bad).find("not a canonical decimal token"), std::string::npos) << bad;
   }
