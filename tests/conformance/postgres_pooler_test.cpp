@@ -253,8 +253,7 @@ TEST(PostgresPoolerDurability, RenewalsAndReleasesSurviveACrashThroughTransactio
   server->start_again();
   // A later renewal may have committed between the read and the crash: at least the one seen.
   EXPECT_EQ(server->sql("SELECT (" + expiry + ") >= '" + renewed + "'::timestamptz"), "t")
-      << "the renewal to " << renewed << " was lost in the crash: now "
-      << server->sql(expiry);
+      << "the renewal to " << renewed << " was lost in the crash: now " << server->sql(expiry);
   EXPECT_EQ(server->sql("SELECT owner FROM fencelock_leases WHERE name = 'released-pooled'"), "")
       << "the release was lost in the crash";
 }
