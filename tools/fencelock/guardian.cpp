@@ -87,14 +87,18 @@ bool wait_readable(int fd, std::int64_t timeout_ns) {
 
 // SIGKILL to CMD's group at once, then to every other process of the tree (fencelock, stopped
 // but alive, inherits the orphans of the group's processes, so none is lost by the order).
-// Returns how many processes were found.
-int kill_tree(const ProcessTree& tree) { return tree.signal(SIGKILL); }
+// Returns how many processes were found (a settled scan when the first found none: a process
+// that forked and exited during it can have hidden its child).
+int kill_tree(const ProcessTree& tree) {
+  const int found = tree.signal(SIGKILL);
+  return found > 0 ? found : static_cast<int>(tree.members_settled().size());
+}
 
 // fencelock is gone, and orphans are re-parented to init: every process of the tree is found
 // before any is killed (a descendant whose parent died first would no longer be found below
 // CMD), then SIGKILL to them and to CMD's group.
 int kill_orphaned_tree(const ProcessTree& tree) {
-  const std::vector<pid_t> pids = tree.members();
+  const std::vector<pid_t> pids = tree.members_settled();
   ::kill(-tree.root(), SIGKILL);
   for (pid_t pid : pids) ::kill(pid, SIGKILL);
   return static_cast<int>(pids.size());

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -78,6 +79,26 @@ std::vector<ProcStat> all_processes() {
 ProcessTree::ProcessTree(pid_t root) : root_(root), owner_(::getpid()) {}
 
 std::vector<pid_t> ProcessTree::members() const {
+  std::vector<pid_t> zombies;
+  return census(zombies);
+}
+
+std::vector<pid_t> ProcessTree::members_settled() const {
+  std::vector<pid_t> before;
+  std::vector<pid_t> living = census(before);
+  for (int scan = 1; scan < 1000 && living.empty(); ++scan) {
+    std::vector<pid_t> zombies;
+    living = census(zombies);
+    if (!living.empty()) break;
+    std::sort(zombies.begin(), zombies.end());
+    if (std::includes(before.begin(), before.end(), zombies.begin(), zombies.end())) break;
+    before = std::move(zombies);
+    ::sched_yield();
+  }
+  return living;
+}
+
+std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies) const {
   const pid_t self = ::getpid();
   const std::vector<ProcStat> procs = all_processes();
   std::unordered_map<pid_t, pid_t> parent;
@@ -94,12 +115,14 @@ std::vector<pid_t> ProcessTree::members() const {
     return false;
   };
   std::vector<pid_t> out;
+  zombies.clear();
   for (const ProcStat& p : procs) {
-    if (p.zombie || p.pid == self || p.pid == owner_) continue;
+    if (p.pid == self || p.pid == owner_) continue;
     if (p.pgrp == root_ || (owner_ > 0 && p.ppid == owner_) || descends_from_root(p.pid)) {
-      out.push_back(p.pid);
+      (p.zombie ? zombies : out).push_back(p.pid);
     }
   }
+  std::sort(zombies.begin(), zombies.end());
   return out;
 }
 

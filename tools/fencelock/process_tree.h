@@ -37,6 +37,17 @@ class ProcessTree {
   // neither the owner nor the calling process is one.
   std::vector<pid_t> members() const;
 
+  // The members found alive, scanning again until the answer can be trusted: one scan of /proc
+  // is not a snapshot, and a process that forks and exits while it runs (a daemon's double fork,
+  // a command whose work keeps moving to new pids) can hide its child: the child was created
+  // after the scan passed its pid (a recycled lower one), and the parent is a zombie by the time
+  // its stat is read. So an empty answer needs a scan with no living member and no zombie member
+  // that the scan before it did not show (at least two scans): a process that exits leaves a
+  // zombie until its parent or the subreaper reaps it, and any child it forked was re-parented
+  // before that, so exists for the whole of the next scan and is found by it. Scans at most 1000
+  // times (each new zombie needs a living member between two scans).
+  std::vector<pid_t> members_settled() const;
+
   // Sends `signo` to the root's process group and to every member. Returns how many members
   // (outside the group's own delivery) were found.
   int signal(int signo) const;
@@ -45,6 +56,9 @@ class ProcessTree {
   int signal_and_continue(int signo) const;
 
  private:
+  // One scan: the living members; `zombies` receives the zombie members, sorted.
+  std::vector<pid_t> census(std::vector<pid_t>& zombies) const;
+
   pid_t root_;
   pid_t owner_;
 };

@@ -339,7 +339,7 @@ ChildExit supervise_command(pid_t pid, SignalChannel& signals, int lost_fd,
       if (terminal_fd >= 0) give_terminal(terminal_fd, ::getpgrp());
     }
     if (command_exited) {
-      const std::vector<pid_t> left = tree.members();
+      const std::vector<pid_t> left = tree.members_settled();
       if (left.empty()) {
         terminator.record_guardian(guardian);
         return result;
