@@ -190,6 +190,11 @@ TEST(RedisFence, RefusesDataKeysInFencelocksOwnNamespace) {
     EXPECT_NE(reply.find("namespace"), std::string::npos) << key << ": " << reply;
   }
   EXPECT_EQ(server->command({"GET", "fencelock:fence:acct"}), "10");
+  // A program issuing its own EVAL cannot point the script at another record key.
+  const std::string forged = server->command(
+      {"EVAL", std::string(RedisFence::script()), "2", "acct", "fencelock:fence:other", "5", "x"});
+  EXPECT_NE(forged.find("not the record key passed as KEYS[2]"), std::string::npos) << forged;
+  EXPECT_EQ(server->command({"GET", "acct"}), "1");
   EXPECT_EQ(fence->set(ResourceKey("acct"), "stale", T(5)).code(), Code::kFenced);
   EXPECT_EQ(fence->set(ResourceKey(""), "x", T(11)).code(), Code::kInvalidArgument);
 }

@@ -19,6 +19,13 @@ local function fencelock_fence_open(keys, token, issuer)
     error('fencelock: the data key ' .. string.sub(keys[1], 1, 60) .. ' is in fencelock\'s own '
       .. 'namespace (fencelock:); choose another name')
   end
+  -- The record is the data key's own: a caller of RedisFence::script() that named another key
+  -- as KEYS[2] would compare its token with that key's record and bypass the real one.
+  if keys[2] ~= 'fencelock:fence:' .. keys[1] then
+    error('fencelock: the fence record of ' .. string.sub(keys[1], 1, 60) .. ' is '
+      .. 'fencelock:fence:' .. string.sub(keys[1], 1, 60) .. ', not the record key passed as '
+      .. 'KEYS[2]')
+  end
   fencelock_check_token(token, 'the presented token')
   issuer = issuer or ''
   if not fencelock_is_issuer(issuer) then
