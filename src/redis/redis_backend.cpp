@@ -153,7 +153,7 @@ class RedlockBackend final : public Backend {
         args.push_back(items[i].backend_key != nullptr ? *items[i].backend_key : std::string());
         args.push_back(std::to_string(items[i].ttl.count()));
       }
-      commands.push_back(evalsha(lua::renew_sha1, std::move(keys), std::move(args)));
+      commands.push_back(evalsha(lua::renew_sha1, keys, args));
     }
     milliseconds shortest = items[0].ttl;
     Clock::time_point renew_by = Clock::time_point::max();
