@@ -8,7 +8,9 @@
  *    counter. The scripts run atomically on an instance, in any order against each other.
  *  - 2 or 3 clients; client c makes up to A0, A1, A2 attempts (a retry after a failed attempt
  *    or a new acquisition after a release is the next attempt). Each attempt writes its own
- *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes).
+ *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes), TICKS = 2,
+ *    LOSSES = 1; too many states for 2 GB together: scripts/model-check.sh checks A0 = 2,
+ *    A1 = 1 with TICKS = 0, LOSSES = 0, and A0 = 1, A1 = 1 with the default time and loss.
  *  - Every request (round 1, round 2, release) is its own message per instance, delivered at
  *    any later moment or never: messages are delayed and reordered arbitrarily. A client may
  *    stop waiting for replies at any moment (fan_out's deadlines and the majority grace are

@@ -7,7 +7,7 @@
 #
 #   scripts/model-check.sh [NAME_SUBSTRING]    e.g. `scripts/model-check.sh redlock`
 #
-# Redlock's checks 66 s on the project's 2-core VM when idle (95 s beside a C++ build), the
+# Redlock's checks 158 s on the project's 2-core VM, the
 # PostgreSQL ones 36 s beside two fuzzers, etcd's 53-88 s idle (143-203 s for all); one pan at a time
 # (up to 2 GB of memory each).
 # Builds in a temporary directory: no pan, pan.c or trail file is left in the repository. Keep
@@ -38,10 +38,11 @@ pan_cflags=(-O2 -w -DSAFETY -DMEMLIM=2048)
 
 # name | model | spin -D flags | extra pan compile flags | expect (pass: no counterexample;
 # fail: an assertion violated).
-# The Redlock data-loss check stores states hash-compacted (-DHC4: 4 bytes a state beside the
-# hash slot, so a state whose 64-bit hash matches a stored one is wrongly taken as seen; pan
-# prints the expected count as "hash conflicts"), because its ~29 million states do not fit
-# in 2 GB even with -DCOLLAPSE: nearly, not strictly, exhaustive.
+# The Redlock data-loss check stores states hash-compacted (-DHC4: 32 bits of a second hash in
+# one of 2^24 slots), because its 29 million states do not fit in 2 GB even with -DCOLLAPSE: a
+# state whose signature matches a stored one is wrongly taken as seen, which for 29 million
+# states happens to any of them with a probability of roughly 29e6^2 / 2^57 (under 1 %):
+# nearly, not strictly, exhaustive.
 # Broken variants of redlock.pml and some of postgres_lease.pml search with pan's process order
 # reversed (-DREVERSE): the same states, a different order, in which the counterexample comes
 # within seconds (the default order wanders through millions of states first, and for
