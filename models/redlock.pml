@@ -8,16 +8,29 @@
  *    counter. The scripts run atomically on an instance, in any order against each other.
  *  - 2 or 3 clients; client c makes up to A0, A1, A2 attempts (a retry after a failed attempt
  *    or a new acquisition after a release is the next attempt). Each attempt writes its own
- *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes).
+ *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes), TICKS = 2,
+ *    LOSSES = 1; too many states for 2 GB together: scripts/model-check.sh checks A0 = 2,
+ *    A1 = 1 with TICKS = 0, LOSSES = 0, and A0 = 1, A1 = 1 with the default time and loss.
  *  - Every request (round 1, round 2, release) is its own message per instance, delivered at
  *    any later moment or never: messages are delayed and reordered arbitrarily. A client may
  *    stop waiting for replies at any moment (fan_out's deadlines and the majority grace are
  *    time-based and time is abstracted), and any reply it does not see counts as a timeout
  *    (ambiguous: the request may still execute afterwards, or may already have).
- *  - Time: a key may expire at any moment; its expiry means that the validity of the attempt
- *    that wrote it has ended (the expiry rule, see live/over below). The client's own check
- *    that the validity has not run out by the end of round 2 may fail at any grant. Nothing
- *    else depends on clocks.
+ *  - Time: a clock that ticks (Clock below) up to TICKS times, one clock for all instances
+ *    (delta = 0). The counters are clock-seeded: round 1 sets counter = max(counter + 1,
+ *    floor) (counter.lua: max(stored + 1, server_ms * 2^20); a tick stands for a millisecond,
+ *    and the floor keeps only the order of the real one, see `floor` below). An attempt's
+ *    validity ends at a moment of the model's choosing, and at the latest once more than V
+ *    ticks have passed since it sent round 1 (the TTL is at most V ticks too), so a grant
+ *    completes within V ticks of its start. A key may expire at any moment; its expiry means
+ *    that the validity of the attempt that wrote it has ended (the expiry rule, see live/over
+ *    below). The client's own check that the validity has not run out by the end of round 2
+ *    may fail at any grant.
+ *  - Data loss: an instance may lose all its data (lock key and counter: a restart without
+ *    persistence), up to LOSSES times in all, one instance down at a time. It executes no
+ *    script while down and comes back empty once RESTART_DELAY = V + 1 ticks have passed
+ *    (longer than the longest TTL plus 2 delta plus a tick: docs/PROTOCOLS.md "Tokens after
+ *    data loss"). Requests sent to it meanwhile arrive after it is back, or never.
  *  - Client crashes: a client that takes no further step. Every state of a run with a crash is
  *    reached by the same run with the client frozen, because all other processes (instances,
  *    network, expiry) move independently of it; so no explicit crash transition is needed. The
@@ -38,12 +51,15 @@
  *  - REUSE_VALUE: every attempt of a client writes the same lock value (the owner id): the code
  *    before issue 12 (commit 74cfaf5). A delayed release of a failed attempt deletes the
  *    client's later grant on a majority, and another client is granted while it holds.
- *  - RESTART: an instance restarts without its data (counter and key gone): the documented
- *    assumption "an instance does not lose its data" (docs/PROTOCOLS.md, Round 2).
+ *  - COUNTER_ONLY: counters are plain INCR (no clock floor), with the same data losses: the
+ *    design before clock-seeded counters, which the second review broke (a token not above an
+ *    earlier one after a loss).
+ *  - EARLY_RESTART: an instance that lost its data comes back at once (RESTART_DELAY 0), while
+ *    grants whose keys it held may still be valid.
  *
  * Bound: every run is finite (each client makes at most its attempts, every message is
- * delivered at most once, every key is written by one delivery and goes at most once, RESTARTS
- * restarts at most), so the search is exhaustive within the depth limit DEPTH (pan counts the
+ * delivered at most once, every key is written by one delivery and goes at most once, the clock
+ * ticks at most TICKS times, LOSSES losses at most), so the search is exhaustive within the depth limit DEPTH (pan counts the
  * statements inside atomic steps too); scripts/model-check.sh passes -m DEPTH and fails if pan
  * reports that the depth was too small.
  */
@@ -75,12 +91,51 @@
 #define ATTEMPTS(c) ((c) == 0 -> A0 : ((c) == 1 -> A1 : A2))
 #define OWNER(a) ((a) <= A0 -> 0 : ((a) <= A0 + A1 -> 1 : 2))
 
-#ifdef RESTART
-#ifndef RESTARTS
-#define RESTARTS 1
+/*
+ * Time, in ticks (a tick stands for a millisecond of docs/PROTOCOLS.md "Tokens after data
+ * loss"; one clock for all instances: delta = 0).
+ *  - V: an attempt's validity ends at the latest when V ticks have passed since it sent round
+ *    1 (age[a] > V). The lock keys' TTL is at most V ticks too (a key may expire before).
+ *  - The clock floor. counter.lua draws max(counter + 1, server_ms * 2^20). The argument
+ *    assumes fewer than 2^20 grants of one key per millisecond, so a counter drawn in one
+ *    millisecond is below every floor of a later one, and at least the floor of its own. The
+ *    model keeps only that order: `floor` is the floor of the current tick, and a tick raises
+ *    it above every counter value that still exists anywhere (the counters, the replies and
+ *    tokens in flight, the tokens granted). Every comparison the model makes (max, <, ==) and
+ *    every step (+ 1, copies, the floor) gives the same result on these values as on the real
+ *    ones (an order isomorphism: a real value t * 2^20 + m drawn in tick t is floor_t + m
+ *    here; values that no longer exist anywhere are never compared). Ticks in which nothing
+ *    was drawn leave the floor as it was.
+ *  - TICKS: the clock ticks at most this many times (runs with more ticks are not covered:
+ *    every tick multiplies the states several times over).
+ *  - LOSSES: at most this many data losses in all, one instance down at a time.
+ *  - RESTART_DELAY: an instance that lost its data stays down this many ticks: V + 1, longer
+ *    than the longest TTL plus 2 delta plus a tick (docs/PROTOCOLS.md: D > R + 2 delta +
+ *    1 ms, with R at most the validity).
+ */
+#ifndef V
+#define V 1
 #endif
-byte restarts = 0;
+#ifndef LOSSES
+#define LOSSES 1
 #endif
+#ifndef TICKS
+#define TICKS 2
+#endif
+#ifndef RESTART_DELAY
+#ifdef EARLY_RESTART
+#define RESTART_DELAY 0
+#else
+#define RESTART_DELAY (V + 1)
+#endif
+#endif
+
+byte floor = 1;           /* the clock floor of the current tick */
+byte age[NATT + 2];       /* ticks since attempt a sent round 1, while its validity lasts */
+byte down[N];             /* 1 while instance i is down after losing its data */
+byte down_age = 0;        /* ticks since the instance that is down lost its data (capped) */
+byte losses = 0;
+byte ticks = 0;           /* ticks so far (at most TICKS) */
 
 /*
  * The lock value written by attempt a. redis_backend.cpp RedlockBackend::attempt_value: the
@@ -130,7 +185,9 @@ bool over[NATT + 2];
 /* Observer state for the invariants. */
 byte holding[CLIENTS];  /* the attempt whose grant the client holds, 0 none */
 byte max_done = 0;      /* the largest token of the grants completed so far */
-int tokens_granted = 0; /* bit t: token t was granted */
+byte gtok[NATT + 1];    /* the token of attempt a's grant, 0 none */
+byte ctok[CLIENTS];     /* client c's token, from the end of round 1 to the grant's verdict */
+byte cbegan[CLIENTS];   /* max_done when client c's attempt began, until the verdict */
 
 /*
  * State-space reductions. Each only merges states that no later step can tell apart, or drops a
@@ -144,6 +201,7 @@ int tokens_granted = 0; /* bit t: token t was granted */
  *  - Once an attempt has ended and has no round-2 request left at an instance, nothing can
  *    tell its key there from any other ended attempt's: it becomes DEAD; its round-1
  *    requests still in flight become anonymous ones (dead_acq[i]), which write DEAD.
+ *  - Counter values are renumbered in order after every step (renumber_values below).
  */
 #define DEAD (NATT + 1)
 #ifdef REUSE_VALUE
@@ -184,6 +242,7 @@ inline gc(i) {
 inline retire(a) {
   live[a] = 0;
   over[a] = 0;
+  age[a] = 0;
   rel_pend[a] = REL_MASK(a);
 #ifndef REUSE_VALUE
   i = 0;
@@ -213,8 +272,8 @@ inline retire(a) {
  * Symmetry reduction: the instances are interchangeable (every request goes to every instance,
  * the clients treat the replies alike, and the Instance processes differ only in their index),
  * so after every step the instances are sorted by their whole state; a state and its instance
- * permutations count once. Off with NO_SYMMETRY (the broken variants: their counterexamples
- * then keep the instance numbers).
+ * permutations count once. Off with NO_SYMMETRY, which also turns off the renumbering of
+ * counter values (both are C code, which spin -t cannot replay).
  */
 #ifndef NO_SYMMETRY
 c_code {
@@ -223,7 +282,8 @@ c_code {
  * counter replied. */
 static unsigned long long instance_signature(int x) {
   unsigned long long s = now.lock[x];
-  s = s * 16 + now.fence[x];
+  s = s * 64 + now.fence[x];
+  s = s * 2 + now.down[x];
 #ifndef REUSE_VALUE
   s = s * 8 + now.dead_acq[x];
 #endif
@@ -233,7 +293,7 @@ static unsigned long long instance_signature(int x) {
     s = s * 2 + ((now.rel_pend[a] >> x) & 1);
     s = s * 2 + ((now.r1_granted[a] >> x) & 1);
     s = s * 2 + ((now.r2_ok[a] >> x) & 1);
-    s = s * 8 + now.r1_counter[a * N + x];
+    s = s * 64 + now.r1_counter[a * N + x];
   }
   return s;
 }
@@ -244,6 +304,7 @@ static void swap_instances(int x, int y) {
   unsigned char t;
   t = now.lock[x]; now.lock[x] = now.lock[y]; now.lock[y] = t;
   t = now.fence[x]; now.fence[x] = now.fence[y]; now.fence[y] = t;
+  t = now.down[x]; now.down[x] = now.down[y]; now.down[y] = t;
 #ifndef REUSE_VALUE
   t = now.dead_acq[x]; now.dead_acq[x] = now.dead_acq[y]; now.dead_acq[y] = t;
 #endif
@@ -261,26 +322,81 @@ static void swap_instances(int x, int y) {
 static void order_instances(int x, int y) {
   if (instance_signature(x) > instance_signature(y)) swap_instances(x, y);
 }
+
+/* Counter values are only compared (max, <, ==), incremented by one and copied, and the floor
+ * only rises above them: renumbering them all in order, with every gap of more than one
+ * shrunk to two (so that x + 1 compares with y as before) and 0 (absent) kept, changes no
+ * later step. States that differ only in the numbers count once. value_slots: every byte that
+ * holds a counter value. */
+static int value_slots(unsigned char **v) {
+  int n = 0;
+  for (int i = 0; i < N; i++) v[n++] = &now.fence[i];
+  for (int a = 0; a <= NATT; a++) {
+    v[n++] = &now.raise_tok[a];
+    v[n++] = &now.gtok[a];
+    for (int i = 0; i < N; i++) v[n++] = &now.r1_counter[a * N + i];
+  }
+  for (int c = 0; c < CLIENTS; c++) {
+    v[n++] = &now.ctok[c];
+    v[n++] = &now.cbegan[c];
+  }
+  v[n++] = &now.max_done;
+  v[n++] = &now.floor;
+  return n;
+}
+static void renumber_values(void) {
+  unsigned char *v[64];
+  unsigned char map[256];
+  int present[256] = {0};
+  int n = value_slots(v);
+  for (int k = 0; k < n; k++) present[*v[k]] = 1;
+  int prev = 0, next = 0;
+  map[0] = 0;
+  for (int x = 1; x < 256; x++) {
+    if (!present[x]) continue;
+    next += (x - prev >= 2) ? 2 : 1;
+    map[x] = (unsigned char)next;
+    prev = x;
+  }
+  for (int k = 0; k < n; k++) *v[k] = map[*v[k]];
+}
 }
 #endif
 
 /* Called at the end of every atomic step that changes an instance's state. */
 inline canonical() {
 #ifndef NO_SYMMETRY
-  c_code { order_instances(0, 1); order_instances(1, 2); order_instances(0, 1); }
+  c_code {
+    renumber_values();
+    order_instances(0, 1); order_instances(1, 2); order_instances(0, 1);
+  }
 #else
   skip
 #endif
 }
 
-/* acquire.lua:24-34 on instance i for attempt a (the queue abstracted: head == nil):
- * SET lock value NX PX ttl; on success INCR fence and return {1, counter}, else {0, PTTL}. */
+/* counter.lua fencelock_counter_advance on instance i: counter = max(counter + 1, floor) (a
+ * counter that lost its data is 0: absent). COUNTER_ONLY: plain INCR. */
+inline advance_counter(i) {
+#ifdef COUNTER_ONLY
+  fence[i]++
+#else
+  if
+  :: fence[i] + 1 > floor -> fence[i]++
+  :: else -> fence[i] = floor
+  fi
+#endif
+}
+
+/* acquire.lua on instance i for attempt a (the queue abstracted: head == nil):
+ * SET lock value NX PX ttl; on success advance the counter and return {1, counter}, else
+ * {0, PTTL}. */
 inline acquire_script(a, i) {
   acq_pend[a] = acq_pend[a] & ~BIT(i);
   if
   :: lock[i] == 0 ->
      lock[i] = a;
-     fence[i]++;
+     advance_counter(i);
      if
      :: wait1[a] -> r1_granted[a] = r1_granted[a] | BIT(i); r1_counter[a * N + i] = fence[i]
      :: else -> skip
@@ -315,11 +431,11 @@ inline release_script(a, i) {
   fi
 }
 
-/* Any pending request of attempt A executes on this instance, in any order. */
+/* Any pending request of attempt A executes on this instance, in any order, while it is up. */
 #define DELIVER(A) \
-  :: atomic { HAS(acq_pend[A], i) -> acquire_script(A, i); gc(i); canonical() } \
-  :: atomic { HAS(raise_pend[A], i) -> raise_script(A, i); gc(i); canonical() } \
-  :: atomic { HAS(rel_pend[A], i) -> release_script(A, i); gc(i); canonical() }
+  :: atomic { !down[i] && HAS(acq_pend[A], i) -> acquire_script(A, i); gc(i); canonical() } \
+  :: atomic { !down[i] && HAS(raise_pend[A], i) -> raise_script(A, i); gc(i); canonical() } \
+  :: atomic { !down[i] && HAS(rel_pend[A], i) -> release_script(A, i); gc(i); canonical() }
 
 proctype Instance(byte i) {
   byte j;
@@ -344,10 +460,10 @@ end:
 #ifndef REUSE_VALUE
   /* A round-1 request of an ended attempt executes */
   :: atomic {
-       dead_acq[i] > 0 ->
+       !down[i] && dead_acq[i] > 0 ->
        dead_acq[i]--;
        if
-       :: lock[i] == 0 -> lock[i] = DEAD; fence[i]++
+       :: lock[i] == 0 -> lock[i] = DEAD; advance_counter(i)
        :: else -> skip
        fi;
        canonical()
@@ -364,22 +480,82 @@ end:
        gc(i);
        canonical()
      }
-#ifdef RESTART
-  /* A restart without persistence: the key and the counter are gone (the documented
-   * assumption is that this does not happen). */
+#if LOSSES > 0
+  /* The instance loses all its data (a restart without persistence): the lock key and the
+   * counter are gone, and it goes down. (The holder metadata and the queue are abstracted.)
+   * The validity of the attempts whose keys were here is not ended by this step: it ends at
+   * the latest V ticks after their start, which is before the instance is back (their keys
+   * were written after their start, and it is back RESTART_DELAY > V ticks after the loss).
+   * That the keys are gone before their TTL ran out is, for everyone else, the same as the
+   * instance being down. Losing an empty instance changes
+   * nothing (being down is then a delay of its requests), so it is left out. */
   :: atomic {
-       restarts < RESTARTS && (lock[i] != 0 || fence[i] != 0) ->
-       restarts++;
-       if
-       :: lock[i] != 0 && lock[i] != DEAD && live[lock[i]] -> over[lock[i]] = 1
-       :: else -> skip
-       fi;
+       losses < LOSSES && !down[0] && !down[1] && !down[2] && (lock[i] != 0 || fence[i] != 0) ->
+       losses++;
+       down[i] = 1;
+       down_age = 0;
        lock[i] = 0;
        fence[i] = 0;
        gc(i);
        canonical()
      }
+  /* Back, empty, once RESTART_DELAY ticks have passed. */
+  :: atomic {
+       down[i] && down_age >= RESTART_DELAY ->
+       down[i] = 0;
+       down_age = 0;
+       canonical()
+     }
 #endif
+  od
+}
+
+/* The clock ticks. The floor rises above every counter value that exists (see floor above).
+ * An attempt whose validity began more than V ticks ago has ended its validity
+ * (validity_deadline: start + ttl - drift, quorum.cpp): its grant no longer counts as held,
+ * and an attempt still in progress fails its `Clock::now() < validity` check. The instance
+ * that is down counts the ticks to its return. */
+#define ABOVE(x) if :: (x) >= floor -> floor = (x) + 1 :: else -> skip fi
+proctype Clock() {
+  byte a;
+end:
+  do
+  :: atomic {
+       ticks < TICKS ->
+       ticks++;
+       a = 0;
+       do
+       :: a < N -> ABOVE(fence[a]); a++
+       :: else -> break
+       od;
+       a = 1;
+       do
+       :: a <= NATT ->
+          ABOVE(raise_tok[a]);
+          ABOVE(r1_counter[a * N]);
+          ABOVE(r1_counter[a * N + 1]);
+          ABOVE(r1_counter[a * N + 2]);
+          if
+          :: live[a] && !over[a] && age[a] < V -> age[a]++
+          :: live[a] && !over[a] && age[a] >= V -> over[a] = 1; age[a] = 0
+          :: else -> skip
+          fi;
+          a++
+       :: else -> break
+       od;
+       a = 0;
+       do
+       :: a < CLIENTS -> ABOVE(ctok[a]); a++
+       :: else -> break
+       od;
+       ABOVE(max_done); /* also above every granted token, and every attempt's `began` */
+       if
+       :: (down[0] || down[1] || down[2]) && down_age < RESTART_DELAY -> down_age++
+       :: else -> skip
+       fi;
+       a = 0;
+       canonical()
+     }
   od
 }
 
@@ -394,10 +570,8 @@ end:
 proctype Client(byte c) {
   byte k = 0;    /* attempts made */
   byte a;        /* this attempt */
-  byte began;    /* max_done when this attempt began */
   byte granted;  /* instances whose grant the client saw in round 1 */
   byte at_token; /* granted instances whose counter is the token */
-  byte token;
   byte ok;       /* instances that confirmed the token */
   byte i;
 
@@ -411,7 +585,8 @@ end:
       * validity runs from `sent`. */
      atomic {
        live[a] = 1;
-       began = max_done;
+       age[a] = 0;
+       cbegan[c] = max_done;
        wait1[a] = 1;
        acq_pend[a] = ALL;
        canonical()
@@ -428,7 +603,7 @@ end:
        do
        :: i < N ->
           if
-          :: HAS(granted, i) && r1_counter[a * N + i] > token -> token = r1_counter[a * N + i]
+          :: HAS(granted, i) && r1_counter[a * N + i] > ctok[c] -> ctok[c] = r1_counter[a * N + i]
           :: else -> skip
           fi;
           i++
@@ -452,7 +627,7 @@ end:
           do
           :: i < N ->
              if
-             :: HAS(granted, i) && r1_counter[a * N + i] == token -> at_token = at_token | BIT(i)
+             :: HAS(granted, i) && r1_counter[a * N + i] == ctok[c] -> at_token = at_token | BIT(i)
              :: else -> skip
              fi;
              i++
@@ -461,7 +636,7 @@ end:
           ok = COUNT(at_token);
           if
           :: ok < Q ->
-             raise_tok[a] = token;
+             raise_tok[a] = ctok[c];
              wait2[a] = 1;
              raise_pend[a] = granted & ~at_token
           :: else -> skip
@@ -500,12 +675,18 @@ end:
        :: ok >= Q -> over[a] = 1; ok = 0 /* DeadlineExceeded: "acquiring took longer ..." */
        :: else -> skip
        fi;
+       /* (over[a] is set once the clock passed start[a] + V, so a grant completes within
+        * V ticks of its start.) */
        if
        :: ok >= Q ->
           /* TOKEN_GROWS: above every grant completed before this attempt began, and unique */
-          assert(token > began);
-          assert((tokens_granted & (1 << token)) == 0);
-          tokens_granted = tokens_granted | (1 << token);
+          assert(ctok[c] > cbegan[c]);
+          i = 1;
+          do
+          :: i <= NATT -> assert(gtok[i] != ctok[c]); i++
+          :: else -> break
+          od;
+          gtok[a] = ctok[c];
           /* MUTEX: no other client holds a grant whose validity has not ended */
           i = 0;
           do
@@ -517,7 +698,7 @@ end:
           i = 0;
           holding[c] = a;
           if
-          :: token > max_done -> max_done = token
+          :: ctok[c] > max_done -> max_done = ctok[c]
           :: else -> skip
           fi
        :: else ->
@@ -525,8 +706,8 @@ end:
            * it when every instance answered "held"; then it would change nothing.) */
           retire(a)
        fi;
-       began = 0;
-       token = 0;
+       cbegan[c] = 0;
+       ctok[c] = 0;
        ok = 0;
        canonical()
      }
@@ -554,6 +735,7 @@ init {
     run Instance(0);
     run Instance(1);
     run Instance(2);
+    run Clock();
     c = 0;
     do
     :: c < CLIENTS -> run Client(c); c++
