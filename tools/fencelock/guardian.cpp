@@ -85,20 +85,22 @@ bool wait_readable(int fd, std::int64_t timeout_ns) {
   return ::ppoll(&p, 1, timeout, nullptr) > 0;
 }
 
-// SIGKILL to CMD's group at once, then to every other process of the tree (fencelock, stopped
-// but alive, inherits the orphans of the group's processes, so none is lost by the order).
-// Returns how many processes were found (a settled scan when the first found none: a process
-// that forked and exited during it can have hidden its child).
-int kill_tree(const ProcessTree& tree) {
-  const int found = tree.signal(SIGKILL);
-  return found > 0 ? found : static_cast<int>(tree.members_settled().size());
+// SIGKILL to CMD's group at once, then to every other process of the tree, each as soon as a
+// scan of /proc reads it, scanning again until the tree stands still (ProcessTree::
+// signal_settled): a command whose work keeps moving to new pids (fork, exit, the child goes on)
+// outran a scan-then-kill round every time. fencelock, stopped but alive, inherits the orphans of
+// the tree and reaps none of them, so none is lost by the order. Returns how many living
+// processes the last scan found.
+int kill_tree(const ProcessTree& tree, std::vector<pid_t> known_zombies = {}) {
+  return static_cast<int>(tree.signal_settled(SIGKILL, std::move(known_zombies)).size());
 }
 
-// fencelock is gone, and orphans are re-parented to init: every process of the tree is found
-// before any is killed (a descendant whose parent died first would no longer be found below
-// CMD), then SIGKILL to them and to CMD's group.
+// fencelock is gone, and orphans are re-parented to init: a process killed before its children
+// were read would take them out of the tree. So the tree is frozen first (SIGSTOP on sight, until
+// it stands still: a stopped process keeps its children and forks no more), then every process
+// found gets SIGKILL, as does CMD's group.
 int kill_orphaned_tree(const ProcessTree& tree) {
-  const std::vector<pid_t> pids = tree.members_settled();
+  const std::vector<pid_t> pids = tree.signal_settled(SIGSTOP);
   ::kill(-tree.root(), SIGKILL);
   for (pid_t pid : pids) ::kill(pid, SIGKILL);
   return static_cast<int>(pids.size());
@@ -169,12 +171,14 @@ class Watch {
       ::kill(-tree_.root(), SIGKILL);
       // Only a scan made for this deadline, shortly before it: an older one may name pids that
       // exited and were reused since.
+      std::vector<pid_t> zombies;
       if (scanned_for_ == kill_at) {
         for (pid_t pid : scanned_) ::kill(pid, SIGKILL);
+        zombies = std::move(scanned_zombies_);
       }
-      killing_ = kill_tree(tree_) > 0;
+      killing_ = kill_tree(tree_, std::move(zombies)) > 0;
     } else if (kill_at != kNeverNs && now >= kill_at - kScanAheadNs && scanned_for_ != kill_at) {
-      scanned_ = tree_.members();
+      scanned_ = tree_.members(scanned_zombies_);
       scanned_for_ = kill_at;
     }
   }
@@ -184,6 +188,7 @@ class Watch {
   const ProcessTree& tree_;
   Guardian::Shared& shared_;
   std::vector<pid_t> scanned_;           // the tree, read shortly before kill_at
+  std::vector<pid_t> scanned_zombies_;   // and its zombies then
   std::int64_t scanned_for_ = kNeverNs;  // the kill_at it was read for
   bool killed_ = false;                  // SIGKILL was sent at kill_at
   bool killing_ = false;                 // and some of the tree was found in the last round

@@ -22,11 +22,14 @@
 //   unguarded, not even when fencelock is stopped right after fork().
 // - At term_at (only --grace-outlives-lease sets one) it sends SIGTERM and then SIGCONT to CMD's
 //   tree unless fencelock already sent SIGTERM (claim_termination); at kill_at, SIGKILL to the
-//   tree, again every 20 ms until none of it is left. The tree is found as fencelock finds it
+//   tree, each process as soon as a scan reads it, scanning again until the tree stands still
+//   (ProcessTree::signal_settled: work that keeps moving to new pids cannot outrun it), and
+//   again every 20 ms until none of it is left. The tree is found as fencelock finds it
 //   (ProcessTree with fencelock as the owner), so orphans re-parented to a stopped fencelock are
 //   reached too.
 // - When fencelock dies the kernel closes the control pipe whose only writer it was: the
-//   guardian kills the tree at once and exits. When the run ends fencelock stands it down and it
+//   guardian stops the tree (SIGSTOP on sight until it stands still, so that no process is
+//   re-parented out of it), kills it and exits. When the run ends fencelock stands it down and it
 //   exits without killing anything. It never outlives fencelock by more than a kill.
 // - When the guardian dies, the kernel closes the exit pipe whose only writer it was, and
 //   exit_fd() becomes readable: the supervisor stops CMD (fail safe).

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 
@@ -58,20 +61,30 @@ bool read_stat(pid_t pid, ProcStat& out) {
   return true;
 }
 
-std::vector<ProcStat> all_processes() {
-  std::vector<ProcStat> out;
-  DIR* dir = ::opendir("/proc");
-  if (dir == nullptr) return out;
-  while (const dirent* entry = ::readdir(dir)) {
-    int pid = 0;
-    const char* name = entry->d_name;
-    auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
-    if (ec != std::errc() || *end != '\0' || pid <= 0) continue;
-    ProcStat stat;
-    if (read_stat(pid, stat)) out.push_back(stat);
+// Calls `visit` with the pid of every process in /proc, in pid order. /proc is listed a few entries
+// at a time, each read as soon as it is listed: a listing is a snapshot of the pids in its range,
+// so a larger one (readdir's 32 KiB) misses a process created in its range after it was taken
+// (after the pid counter wrapped, a new pid can fall below older ones), and one that takes
+// milliseconds to read through lets work that keeps moving to new pids slip through it every time.
+template <typename Visit>
+void for_each_process(Visit&& visit) {
+  const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  alignas(8) char buf[128];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n <= 0) break;
+    for (long at = 0; at < n;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(buf + at);
+      at += entry->d_reclen;
+      int pid = 0;
+      const char* name = entry->d_name;
+      auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
+      if (ec != std::errc() || *end != '\0' || pid <= 0) continue;
+      visit(static_cast<pid_t>(pid));
+    }
   }
-  ::closedir(dir);
-  return out;
+  ::close(dir);
 }
 
 }  // namespace
@@ -80,17 +93,20 @@ ProcessTree::ProcessTree(pid_t root) : root_(root), owner_(::getpid()) {}
 
 std::vector<pid_t> ProcessTree::members() const {
   std::vector<pid_t> zombies;
-  return census(zombies);
+  return census(zombies, 0, {});
+}
+
+std::vector<pid_t> ProcessTree::members(std::vector<pid_t>& zombies) const {
+  return census(zombies, 0, {});
 }
 
 std::vector<pid_t> ProcessTree::members_settled() const {
   std::vector<pid_t> before;
-  std::vector<pid_t> living = census(before);
-  for (int scan = 1; scan < 1000 && living.empty(); ++scan) {
+  std::vector<pid_t> living = census(before, 0, {});
+  for (int scan = 1; scan < kMaxScans && living.empty(); ++scan) {
     std::vector<pid_t> zombies;
-    living = census(zombies);
+    living = census(zombies, 0, {});
     if (!living.empty()) break;
-    std::sort(zombies.begin(), zombies.end());
     if (std::includes(before.begin(), before.end(), zombies.begin(), zombies.end())) break;
     before = std::move(zombies);
     ::sched_yield();
@@ -98,29 +114,110 @@ std::vector<pid_t> ProcessTree::members_settled() const {
   return living;
 }
 
-std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies) const {
+std::vector<pid_t> ProcessTree::signal_settled(int signo, std::vector<pid_t> known_zombies) const {
+  ::kill(-root_, signo);
+  std::vector<pid_t> zombies_before = std::move(known_zombies);
+  std::vector<pid_t> signalled;  // sorted: every living member signalled by an earlier scan
+  std::vector<pid_t> living;
+  for (int scan = 0; scan < kMaxScans; ++scan) {
+    std::vector<pid_t> zombies;
+    living = census(zombies, signo, zombies_before);
+    std::sort(living.begin(), living.end());
+    const bool no_new_living =
+        std::includes(signalled.begin(), signalled.end(), living.begin(), living.end());
+    // A process signalled before may die at any time (it could not fork since): only a zombie
+    // that was neither one the scan before nor signalled is new.
+    const bool no_new_zombie = std::all_of(zombies.begin(), zombies.end(), [&](pid_t pid) {
+      return std::binary_search(zombies_before.begin(), zombies_before.end(), pid) ||
+             std::binary_search(signalled.begin(), signalled.end(), pid);
+    });
+    if (scan > 0 && no_new_living && no_new_zombie) break;
+    std::vector<pid_t> merged;
+    std::set_union(signalled.begin(), signalled.end(), living.begin(), living.end(),
+                   std::back_inserter(merged));
+    signalled = std::move(merged);
+    zombies_before = std::move(zombies);
+  }
+  return living;
+}
+
+std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies, int on_sight,
+                                       const std::vector<pid_t>& known_zombies) const {
   const pid_t self = ::getpid();
-  const std::vector<ProcStat> procs = all_processes();
+  // What is known of this scan so far: each process's parent, and the memberships decided.
   std::unordered_map<pid_t, pid_t> parent;
-  parent.reserve(procs.size());
-  for (const ProcStat& p : procs) parent[p.pid] = p.ppid;
-  auto descends_from_root = [&](pid_t pid) {
+  std::unordered_map<pid_t, bool> decided;
+  // Whether `pid` is a member by descent: it is the root, or a child of the owner, or its parent
+  // is a member. nullopt while an ancestor has not been read yet (a parent with a higher pid,
+  // after the pid counter wrapped); `complete` treats an unread ancestor as gone.
+  auto descends = [&](pid_t pid, bool complete) -> std::optional<bool> {
+    std::vector<pid_t> walked;
+    std::optional<bool> answer;
     // Bounded walk: a pid table has no cycles, but /proc is read while it changes.
-    for (int depth = 0; depth < 4096 && pid > 1; ++depth) {
-      if (pid == root_) return true;
-      auto it = parent.find(pid);
-      if (it == parent.end()) return false;
-      pid = it->second;
+    for (int depth = 0; depth < 4096 && !answer; ++depth) {
+      if (pid <= 1 || pid == self || pid == owner_) break;  // not a member
+      if (pid == root_) {
+        answer = true;
+        break;
+      }
+      if (auto known = decided.find(pid); known != decided.end()) {
+        answer = known->second;
+        break;
+      }
+      auto up = parent.find(pid);
+      if (up == parent.end()) {
+        if (!complete) return std::nullopt;
+        break;  // gone: not a member
+      }
+      if (owner_ > 0 && up->second == owner_) {
+        answer = true;
+        break;
+      }
+      walked.push_back(pid);
+      pid = up->second;
     }
-    return false;
+    const bool member = answer.value_or(false);
+    for (pid_t p : walked) decided[p] = member;
+    return member;
   };
   std::vector<pid_t> out;
+  std::vector<ProcStat> undecided;
   zombies.clear();
-  for (const ProcStat& p : procs) {
-    if (p.pid == self || p.pid == owner_) continue;
-    if (p.pgrp == root_ || (owner_ > 0 && p.ppid == owner_) || descends_from_root(p.pid)) {
-      (p.zombie ? zombies : out).push_back(p.pid);
+  auto add = [&](const ProcStat& p) {
+    if (p.zombie) {
+      zombies.push_back(p.pid);
+      return;
     }
+    // At once, while the process is where the scan found it: a process that forks and exits
+    // between being read and being signalled would leave its child unsignalled.
+    if (on_sight != 0) ::kill(p.pid, on_sight);
+    out.push_back(p.pid);
+  };
+  for_each_process([&](pid_t pid) {
+    // A zombie stays one until it is reaped, and nothing reaps while fencelock is stopped; its
+    // children were re-parented when it exited, so its parent does not matter either.
+    if (std::binary_search(known_zombies.begin(), known_zombies.end(), pid)) {
+      zombies.push_back(pid);
+      return;
+    }
+    ProcStat p;
+    if (!read_stat(pid, p)) return;
+    parent[p.pid] = p.ppid;
+    if (p.pid == self || p.pid == owner_) {
+      decided[p.pid] = false;
+      return;
+    }
+    std::optional<bool> member =
+        p.pgrp == root_ ? std::optional<bool>(true) : descends(p.pid, false);
+    if (!member) {
+      undecided.push_back(p);
+      return;
+    }
+    decided[p.pid] = *member;
+    if (*member) add(p);
+  });
+  for (const ProcStat& p : undecided) {
+    if (descends(p.pid, true).value_or(false)) add(p);
   }
   std::sort(zombies.begin(), zombies.end());
   return out;
@@ -128,19 +225,16 @@ std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies) const {
 
 int ProcessTree::signal(int signo) const {
   ::kill(-root_, signo);
-  const std::vector<pid_t> pids = members();
-  for (pid_t pid : pids) ::kill(pid, signo);
-  return static_cast<int>(pids.size());
+  std::vector<pid_t> zombies;
+  return static_cast<int>(census(zombies, signo, {}).size());
 }
 
 int ProcessTree::signal_and_continue(int signo) const {
   ::kill(-root_, signo);
   ::kill(-root_, SIGCONT);
-  const std::vector<pid_t> pids = members();
-  for (pid_t pid : pids) {
-    ::kill(pid, signo);
-    ::kill(pid, SIGCONT);
-  }
+  std::vector<pid_t> zombies;
+  const std::vector<pid_t> pids = census(zombies, signo, {});
+  for (pid_t pid : pids) ::kill(pid, SIGCONT);
   return static_cast<int>(pids.size());
 }
 

@@ -3,8 +3,8 @@
 // `fencelock run` starts CMD in a process group of its own (pgid = CMD's pid) and, as a child
 // subreaper (PR_SET_CHILD_SUBREAPER), inherits every descendant whose parent exits. ProcessTree
 // names the processes that belong to CMD: the members of CMD's process group, CMD's descendants,
-// and the children of the tree's owner, fencelock (a subreaper's children are CMD or orphans of
-// CMD's tree). Signals to the tree go to all of them, so `sh -c 'worker & wait'`, a pipeline and
+// and the descendants of the tree's owner, fencelock (a subreaper's children are CMD or orphans
+// of CMD's tree). Signals to the tree go to all of them, so `sh -c 'worker & wait'`, a pipeline and
 // even a `setsid` grandchild are reached while fencelock lives. The guardian (guardian.h), a
 // process apart, finds the same tree with fencelock as the owner.
 //
@@ -33,9 +33,13 @@ class ProcessTree {
   pid_t root() const { return root_; }
 
   // The members that have not exited (zombies left out), found in /proc. A process is a member
-  // if it is in the root's process group, descends from the root, or is a child of the owner;
+  // if it is in the root's process group, or descends from the root or from the owner (the
+  // owner's children are CMD and the orphans of CMD's tree it inherited as a subreaper; their
+  // children, even those in sessions of their own whose parent still lives, belong to CMD too);
   // neither the owner nor the calling process is one.
   std::vector<pid_t> members() const;
+  // The same, and `zombies` receives the zombie members, sorted.
+  std::vector<pid_t> members(std::vector<pid_t>& zombies) const;
 
   // The members found alive, scanning again until the answer can be trusted: one scan of /proc
   // is not a snapshot, and a process that forks and exits while it runs (a daemon's double fork,
@@ -44,20 +48,45 @@ class ProcessTree {
   // its stat is read. So an empty answer needs a scan with no living member and no zombie member
   // that the scan before it did not show (at least two scans): a process that exits leaves a
   // zombie until its parent or the subreaper reaps it, and any child it forked was re-parented
-  // before that, so exists for the whole of the next scan and is found by it. Scans at most 1000
-  // times (each new zombie needs a living member between two scans).
+  // before that, so exists for the whole of the next scan and is found by it. Scans at most
+  // kMaxScans times (each new zombie needs a living member between two scans).
   std::vector<pid_t> members_settled() const;
 
-  // Sends `signo` to the root's process group and to every member. Returns how many members
-  // (outside the group's own delivery) were found.
+  // Sends `signo` to the root's process group and to every member, each as soon as the scan
+  // reads it (a process that forks and exits between being read and being signalled would hide
+  // its child from the scan). Returns how many members (outside the group's own delivery) were
+  // found.
   int signal(int signo) const;
   // Sends `signo` and then SIGCONT to the group and to every member, so that a stopped process
   // wakes to handle the signal (for every signal but SIGKILL, which needs no SIGCONT).
   int signal_and_continue(int signo) const;
 
+  // signal(signo), scanning again until a scan finds no living member that an earlier scan had
+  // not signalled and no zombie member that the scan before it did not show; for SIGKILL or
+  // SIGSTOP, which no process can block. Stops a tree whose work keeps moving to new pids: a
+  // process with SIGKILL or SIGSTOP pending cannot fork any more (the kernel fails or restarts
+  // the fork), so a process created during the last scan has an ancestor that existed when it
+  // began and was read by it, living (signalled before, so it could not fork) or as a zombie
+  // (already one the scan before, so it could not fork either). That holds while nothing reaps
+  // the tree's zombies, as when fencelock is stopped (the guardian's case); while fencelock
+  // runs, it guards the tree itself. Each scan takes the zombies of the scan before it (the first,
+  // `known_zombies`: sorted zombie members from an earlier members() call) as still zombies
+  // without reading them again: a zombie stays one until it is reaped, and its pid is not reused
+  // before that. A command that left thousands of zombies under a stopped fencelock made each
+  // scan take over 10 ms, and the first SIGKILL came that much after the deadline. Returns the
+  // living members the last scan found (a process in uninterruptible sleep dies only when it
+  // leaves it; a stopped one stays).
+  std::vector<pid_t> signal_settled(int signo, std::vector<pid_t> known_zombies = {}) const;
+
+  // The most scans members_settled() and signal_settled() make.
+  static constexpr int kMaxScans = 1000;
+
  private:
-  // One scan: the living members; `zombies` receives the zombie members, sorted.
-  std::vector<pid_t> census(std::vector<pid_t>& zombies) const;
+  // One scan: the living members, each sent `on_sight` (0: nothing) as soon as it is read and
+  // known to be a member; `zombies` receives the zombie members, sorted. A pid listed in
+  // `known_zombies` (sorted) is taken as a zombie member without reading it.
+  std::vector<pid_t> census(std::vector<pid_t>& zombies, int on_sight,
+                            const std::vector<pid_t>& known_zombies) const;
 
   pid_t root_;
   pid_t owner_;
