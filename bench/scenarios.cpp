@@ -1,5 +1,10 @@
 #include "scenarios.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -221,6 +226,34 @@ std::pair<double, int> concurrent_cycles(int lockers, std::chrono::milliseconds 
   return {static_cast<double>(cycles.load()) / seconds, failures.load()};
 }
 
+// Processes that spin on the CPUs for as long as this object lives (and no longer than this
+// process: PR_SET_PDEATHSIG), as other work on a busy machine would.
+class BusyProcesses {
+ public:
+  explicit BusyProcesses(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        volatile unsigned long spin = 0;
+        for (;;) {
+          spin = spin + 1;
+        }
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyProcesses() {
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+  BusyProcesses(const BusyProcesses&) = delete;
+  BusyProcesses& operator=(const BusyProcesses&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 }  // namespace
 
 nlohmann::json run_throughput(const ThroughputConfig& config) {
@@ -229,20 +262,32 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
   keys.reserve(static_cast<std::size_t>(config.lockers));
   for (int t = 0; t < config.lockers; ++t)
     keys.push_back(*LockKey::make(fmt::format("bench/throughput/{}", t)));
-  auto [rate, failures] = concurrent_cycles(config.lockers, config.duration, [&](int t) {
-    auto lease = client.acquire(keys[static_cast<std::size_t>(t)], {.ttl = 10s});
-    return lease.ok() && lease->release().ok();
-  });
+  std::atomic<int> locked{0};
+  std::pair<double, int> measured;
+  {
+    BusyProcesses busy(config.busy);
+    measured = concurrent_cycles(config.lockers, config.duration, [&](int t) {
+      auto lease = client.acquire(keys[static_cast<std::size_t>(t)], {.ttl = 10s});
+      if (lease.code() == Code::kLocked) locked++;
+      return lease.ok() && lease->release().ok();
+    });
+  }
+  const auto [rate, failures] = measured;
   fmt::print(
-      "{:<8} throughput   {} lockers, distinct keys: fencelock {:>7.0f} cycles/s ({:.1f}x the "
-      "sequential {:.0f})  failures {}\n",
-      config.label, config.lockers, rate, rate / config.sequential_cycles_per_s,
-      config.sequential_cycles_per_s, failures);
-  nlohmann::json out = {{"backend", config.label},
-                        {"scenario", "throughput"},
-                        {"lockers", config.lockers},
-                        {"fencelock", {{"cycles_per_s", rate}, {"failures", failures}}},
-                        {"sequential_cycles_per_s", config.sequential_cycles_per_s}};
+      "{:<8} throughput   {} lockers, distinct keys{}: fencelock {:>7.0f} cycles/s ({:.1f}x the "
+      "sequential {:.0f})  failures {} (held by an orphan: {})\n",
+      config.label, config.lockers,
+      config.busy > 0 ? fmt::format(", {} busy processes", config.busy) : std::string(), rate,
+      rate / config.sequential_cycles_per_s, config.sequential_cycles_per_s, failures,
+      locked.load());
+  nlohmann::json out = {
+      {"backend", config.label},
+      {"scenario", "throughput"},
+      {"lockers", config.lockers},
+      {"busy_processes", config.busy},
+      {"fencelock",
+       {{"cycles_per_s", rate}, {"failures", failures}, {"failures_locked", locked.load()}}},
+      {"sequential_cycles_per_s", config.sequential_cycles_per_s}};
   if (config.uri.starts_with("etcd")) {
     EtcdBaseline bare(config.uri);
     auto [base_rate, base_failures] = concurrent_cycles(

@@ -33,10 +33,14 @@ struct ThroughputConfig {
   std::string label;
   std::string uri;
   int lockers = 64;  // threads, each cycling acquire+release on a key of its own
+  int busy = 0;      // processes spinning on the CPUs meanwhile (a busy machine)
   std::chrono::milliseconds duration{5000};
   double sequential_cycles_per_s = 0;  // from run_uncontended, for the comparison
 };
 // C concurrent lockers on distinct keys through one Client (one session, one connection set).
+// Failures are counted, and apart those refused as held (kLocked): on keys of their own, only a
+// lock that an earlier attempt left behind (an orphan, docs/PROTOCOLS.md "Late attempts") can
+// refuse one, so 0 is expected, busy CPUs or not.
 // etcd also runs the bare-gRPC baseline with the same number of threads, after the library.
 nlohmann::json run_throughput(const ThroughputConfig& config);
 

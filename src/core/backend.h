@@ -172,11 +172,14 @@ class Backend {
   // leaves the queue), then wakes waiters. OK when the key is gone or owned by another. Also how
   // an acquisition that gives up leaves nothing behind.
   virtual Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) = 0;
-  // Releases the grant a lease holds (`backend_key` is its Grant::backend_key). A backend whose
-  // lock value is fresh per attempt (Redis) deletes only that grant; others release by owner.
+  // Releases the grant a lease holds (`backend_key` is its Grant::backend_key, `ttl` the TTL it
+  // was granted with). A backend whose lock value is fresh per attempt (Redis) deletes only that
+  // grant; others release by owner.
   virtual Status release_grant(const LockKey& key, const OwnerId& owner,
-                               const std::string& backend_key, Clock::time_point deadline) {
+                               const std::string& backend_key, milliseconds ttl,
+                               Clock::time_point deadline) {
     (void)backend_key;
+    (void)ttl;
     return release(key, owner, deadline);
   }
 

@@ -111,7 +111,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                     options.stop, options_.io_timeout, options.shared, campaign});
   if (!grant.ok()) return grant.status();
   if (grant->token.value() <= granted_before)
-    return refuse_backwards(key, owner, *grant, granted_before);
+    return refuse_backwards(key, owner, *grant, options.ttl, granted_before);
   tokens_.record(key.str(), grant->token.value());
   contended = contended || grant->contended;
   auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
@@ -129,9 +129,9 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
 }
 
 Status ClientCore::refuse_backwards(const LockKey& key, const OwnerId& owner, const Grant& grant,
-                                    std::uint64_t granted_before) {
+                                    milliseconds ttl, std::uint64_t granted_before) {
   const Status released = backend_->release_grant(
-      key, owner, grant.backend_key, deadline_after(Clock::now(), options_.release_timeout));
+      key, owner, grant.backend_key, ttl, deadline_after(Clock::now(), options_.release_timeout));
   std::string message = fmt::format(
       "the backend granted '{}' with fencing token {}, not above token {} that this Client was "
       "granted before: the server lost its tokens (a restart without its data while its clock "
@@ -148,7 +148,8 @@ Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {
   renewer_.remove(&lease);
   lease.mark_lost();  // stop the holder's work before anyone else can be granted
   const Clock::time_point start = Clock::now();
-  Status status = backend_->release_grant(lease.key, lease.owner, lease.backend_key, deadline);
+  Status status =
+      backend_->release_grant(lease.key, lease.owner, lease.backend_key, lease.ttl, deadline);
   metrics_.record_release(status.code(), Clock::now() - start);
   if (!status.ok()) {
     detail::log(LogLevel::kInfo,

@@ -53,7 +53,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // A grant whose token is not above `granted_before` (TokenHistory): released, and refused
   // with kUnavailable.
   Status refuse_backwards(const LockKey& key, const OwnerId& owner, const Grant& grant,
-                          std::uint64_t granted_before);
+                          milliseconds ttl, std::uint64_t granted_before);
 
   // Declaration order is destruction order reversed: the renewer stops before the backend and
   // the metrics it records into go.

@@ -107,15 +107,21 @@ class AdvisoryBackend final : public Backend {
       holding = it->second;
       held_.erase(it);
     }
-    // The holding session may be busy (a try or health check on it). Past the deadline the
-    // unlock is left with the session, run when it is next checked in: never forgotten.
+    // The holding session may be busy (a try or health check on it): the release waits for it
+    // ahead of any new statement. Past the deadline the unlock is left with the session, run
+    // when it is next checked in: never forgotten, but not done yet, and the caller is told so
+    // (an OK release leaves the key free for the next acquisition; before, it returned OK).
     Clock::time_point until = deadline;
     for (;; until = Clock::now() + options_.io_timeout) {
       Status ready = sessions_.checkout_this(holding.session, until);
       if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and lock are gone
       if (ready.ok()) break;
       if (sessions_.defer_unlock(holding.session, holding.key, holding.shared)) {
-        return Status::Ok();
+        if (sessions_.closed(holding.session)) return Status::Ok();
+        return Status(Code::kDeadlineExceeded,
+                      "the PostgreSQL session holding the advisory lock stayed busy past the "
+                      "release's deadline: the unlock runs as soon as its statement ends, and "
+                      "the lock is held until then");
       }
     }
     const bool unlocked = unlock_grant(holding.session, holding.key, holding.shared, until);

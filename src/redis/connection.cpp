@@ -1,6 +1,7 @@
 #include "redis/connection.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -273,6 +274,19 @@ void Instance::drop_idle() {
 
 namespace {
 
+// Closes a connection whose replies the caller gave up on with a reset (SO_LINGER 0): the
+// kernel drops what it had not sent yet and stops retransmitting, so no command of it reaches
+// the server after a partition heals. What the server already received may still run (the
+// tombstones of release.lua cover that).
+void abort_connection(ContextPtr context) {
+  if (!context) return;
+  if (context->fd >= 0) {
+    const linger abort{1, 0};
+    (void)::setsockopt(context->fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+  }
+  context.reset();
+}
+
 bool is_noscript(const Reply& reply) {
   return reply && reply->type == REDIS_REPLY_ERROR && reply->str != nullptr &&
          std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
@@ -291,6 +305,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   std::vector<std::optional<ContextPtr>> idle(calls.size());
   std::size_t have_idle = 0;
   for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].commands.empty()) continue;  // nothing for this instance
     idle[i] = calls[i].instance->checkout_idle();
     if (idle[i]) have_idle++;
   }
@@ -300,6 +315,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
+    if (call.commands.empty()) continue;
     if (!idle[i] && connect_later) {
       call.instance->connect_in_background();
       call.error = Status(Code::kUnavailable,
@@ -369,7 +385,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   };
   auto fail = [&](std::size_t i, Status st) {
     calls[i].error = std::move(st);
-    contexts[i].reset();  // a half-read connection can never be reused
+    abort_connection(std::move(contexts[i]));  // a half-read connection can never be reused
   };
   std::vector<pollfd> fds;
   std::vector<std::size_t> owners;

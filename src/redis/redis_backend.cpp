@@ -13,6 +13,7 @@
 #include "core/saturate.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
+#include "redis/release_finisher.h"
 #include "redis/script_replies.h"
 #include "redis/subscriber.h"
 #include "redis_scripts.h"
@@ -26,6 +27,8 @@ namespace {
 // renewal call can stall other clients of the instance (docs/BENCHMARKS.md, "Renewal batches").
 constexpr std::size_t kDefaultRenewBatch = 1024;
 constexpr std::size_t kMaxRenewBatch = 1'000'000;
+// The shortest life of a tombstone (release.lua), in ms.
+constexpr long long kMinTombstoneLife = 60'000;
 
 std::string evalsha(std::string_view sha, const std::vector<std::string>& keys,
                     const std::vector<std::string>& args) {
@@ -95,18 +98,33 @@ class RedlockBackend final : public Backend {
     // the value names this attempt, so a late release of an earlier attempt cannot delete it.
     // The owner id comes first, so that inspect() still shows the owner's prefix.
     const std::string value = attempt_value(req.owner);
-    const std::vector<std::string> keys = {lock_key(k),  fence_key(k),        holder_key(k),
-                                           queue_key(k), queue_expiry_key(k), queue_wake_key(k)};
-    const std::vector<std::string> args = {owner,
-                                           std::to_string(req.ttl.count()),
-                                           req.metadata,
-                                           std::to_string(req.queue_for.count()),
-                                           std::to_string(req.ticket),
-                                           hub_.wake_channel(),
-                                           value};
+    std::vector<std::string> keys = {
+        lock_key(k),         fence_key(k),      holder_key(k),          queue_key(k),
+        queue_expiry_key(k), queue_wake_key(k), tombstone_key(k, value)};
+    std::vector<std::string> args = {owner,
+                                     std::to_string(req.ttl.count()),
+                                     req.metadata,
+                                     std::to_string(req.queue_for.count()),
+                                     std::to_string(req.ticket),
+                                     hub_.wake_channel(),
+                                     value};
+    // Releases of this lock still owed to some instance travel with this attempt (acquire.lua).
+    const std::vector<std::string> owed = owed_releases_.of(k, sent);
+    args.push_back(std::to_string(owed.size()));
+    args.push_back(std::to_string(tombstone_life(req.ttl).count()));
+    for (const std::string& released : owed) {
+      keys.push_back(tombstone_key(k, released));
+      args.push_back(released);
+    }
     std::string cmd = evalsha(lua::acquire_sha1, keys, args);
     auto calls = calls_to_all(&cmd);
     fan_out(calls, io_deadline, majority_then_grace(req.ttl));
+    // Every instance that answered ran those releases: once all did, none is owed any more.
+    if (!owed.empty() && std::all_of(calls.begin(), calls.end(), [](const InstanceCall& c) {
+          return c.error.ok() && c.replies[0]->type != REDIS_REPLY_ERROR;
+        })) {
+      owed_releases_.settled(k, owed);
+    }
     Round1 r1 = tally_round1(calls);
     warn_about_round1(req.key, r1);
 
@@ -124,13 +142,22 @@ class RedlockBackend final : public Backend {
     } else {
       failure = round1_failure(r1);
     }
-    // Nothing may stay behind: release this attempt's value everywhere, including where the
-    // outcome is unknown (timeouts); keep the place in the wait queue (the caller leaves it if
-    // it gives up). When every instance plainly said "held", nothing was taken and there is
-    // nothing to release.
-    if (!r1.granted.empty() || !r1.errors.empty()) {
-      (void)release_keys(req.key, req.owner, value, Clock::now() + options_.io_timeout,
-                         /*leave_queue=*/false);
+    // Nothing may stay behind: release this attempt's value where it was granted and where the
+    // outcome is unknown (no answer in time: the acquire may still run there, and the release's
+    // tombstone makes it do nothing); keep the place in the wait queue (the caller leaves it if
+    // it gives up). An instance that plainly said "held" took nothing.
+    std::vector<bool> release_on(calls.size(), false);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const bool refused = calls[i].error.ok() && calls[i].replies[0]->type != REDIS_REPLY_ERROR &&
+                           interpret_acquire_reply(*calls[i].replies[0]).has_value() &&
+                           !interpret_acquire_reply(*calls[i].replies[0])->granted;
+      release_on[i] = !refused;
+    }
+    if (std::find(release_on.begin(), release_on.end(), true) != release_on.end()) {
+      const Status released =
+          release_keys(req.key, req.owner, value, Clock::now() + options_.io_timeout,
+                       /*leave_queue=*/false, tombstone_life(req.ttl), release_on);
+      failure = with_release_outcome(std::move(failure), r1, released);
     }
     milliseconds retry = failure.code() == Code::kLocked ? retry_after(r1) : milliseconds(0);
     return TryResult{failure, std::nullopt, retry};
@@ -210,12 +237,42 @@ class RedlockBackend final : public Backend {
   // An acquisition that gives up holds no grant: it only leaves the wait queue (each of its
   // attempts already released its own value).
   Status release(const LockKey& key, const OwnerId& owner, Clock::time_point deadline) override {
-    return release_keys(key, owner, "", deadline, /*leave_queue=*/true);
+    return release_keys(key, owner, "", deadline, /*leave_queue=*/true, milliseconds(0));
   }
 
+  // Where the grant's value is not found (an instance whose round 1 went unanswered, whose
+  // acquire may still be on its way), the release leaves a tombstone.
   Status release_grant(const LockKey& key, const OwnerId& owner, const std::string& value,
-                       Clock::time_point deadline) override {
-    return release_keys(key, owner, value, deadline, /*leave_queue=*/true);
+                       milliseconds ttl, Clock::time_point deadline) override {
+    return release_keys(key, owner, value, deadline, /*leave_queue=*/true, tombstone_life(ttl));
+  }
+
+  // How long a tombstone keeps a late acquire of the attempt from running (docs/PROTOCOLS.md,
+  // "Late attempts"): the lock's TTL, and at least a minute. A connection the client gave up on is
+  // closed with a reset, so its own kernel sends nothing more; what is already past it (in a
+  // proxy, in the server's socket buffer) runs when it arrives.
+  static milliseconds tombstone_life(milliseconds ttl) {
+    return std::max(ttl, milliseconds(kMinTombstoneLife));
+  }
+
+  // `failure` of an attempt, with what its release did where round 1's outcome was unknown: said
+  // only when that is so ("released"), or that the lock may stay held until its TTL.
+  Status with_release_outcome(Status failure, const Round1& r1, const Status& released) const {
+    if (r1.errors.empty() || failure.code() == Code::kLocked) return failure;
+    const bool unknown = std::any_of(r1.errors.begin(), r1.errors.end(), [](const Status& e) {
+      return e.code() == Code::kDeadlineExceeded;
+    });
+    if (!unknown) return failure;
+    return Status(failure.code(),
+                  released.ok()
+                      ? failure.message() +
+                            " (outcome unknown; this attempt was released, and it does nothing if "
+                            "it still arrives)"
+                      : failure.message() +
+                            fmt::format(" (outcome unknown, and its release was not answered in "
+                                        "time either: it is sent again in the background, but "
+                                        "the lock may stay held until its TTL ends: {})",
+                                        released.message()));
   }
 
   // Once a majority of the instances answered, the others get a short grace (ttl/20 within
@@ -236,18 +293,32 @@ class RedlockBackend final : public Backend {
     return owner.hex() + OwnerId::random().hex().substr(0, 16);
   }
 
+  // Releases `value` (and leaves the queue when `leave_queue`) on every instance, or on those
+  // `only` marks; where the lock does not hold `value`, leaves a tombstone for `tombstone` ms
+  // (0: none).
   Status release_keys(const LockKey& key, const OwnerId& owner, const std::string& value,
-                      Clock::time_point deadline, bool leave_queue) {
+                      Clock::time_point deadline, bool leave_queue, milliseconds tombstone,
+                      const std::vector<bool>& only = {}) {
     const std::string& k = key.str();
-    std::string cmd =
-        evalsha(lua::release_sha1,
-                {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k), queue_wake_key(k)},
-                {owner.hex(), leave_queue ? "1" : "0", value});
+    std::string cmd = evalsha(lua::release_sha1,
+                              {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
+                               queue_wake_key(k), tombstone_key(k, value)},
+                              {owner.hex(), leave_queue ? "1" : "0", value,
+                               std::to_string(value.empty() ? 0 : tombstone.count())});
     auto calls = calls_to_all(&cmd);
+    if (!only.empty()) {
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        if (!only[i]) calls[i].commands.clear();
+      }
+    }
     fan_out(calls, deadline, majority_then_grace(milliseconds(2000)));
     int answered = 0;
+    int sent = 0;
+    std::vector<Instance*> owing;
     std::string problems;
     for (auto& call : calls) {
+      if (call.commands.empty()) continue;
+      sent++;
       Status st = call.error;
       if (st.ok() && call.replies[0]->type == REDIS_REPLY_ERROR)
         st = script_error(call, call.replies[0].get());
@@ -259,14 +330,27 @@ class RedlockBackend final : public Backend {
       } else {
         problems += (problems.empty() ? "" : "; ") + st.message();
       }
+      // No reply: the attempt's acquire may still run there, so its release (with the
+      // tombstone) is owed to it; the finisher delivers it while the tombstone would matter, and
+      // the next attempt of this Client on the same lock carries it too.
+      if (!call.error.ok() && !value.empty() && tombstone.count() > 0) {
+        owing.push_back(call.instance);
+      }
+    }
+    if (!owing.empty()) {
+      owed_releases_.add(k, value, static_cast<int>(owing.size()), Clock::now() + tombstone);
+      for (Instance* instance : owing) {
+        finisher_.finish(instance, k, value, cmd, Clock::now() + tombstone, options_.io_timeout);
+      }
     }
     // Released on a majority: no later grant can be blocked by us for long (the rest expire by
-    // TTL). A dead minority is not worth an error on every release.
-    if (has_quorum(answered, n())) return Status::Ok();
+    // TTL). A dead minority is not worth an error on every release. Releasing an attempt on
+    // chosen instances (`only`): every one of them.
+    if (only.empty() ? has_quorum(answered, n()) : answered == sent) return Status::Ok();
     return Status(Code::kUnavailable,
                   fmt::format("released on {} of {} Redis instances; elsewhere the lock expires by "
                               "its TTL ({})",
-                              answered, n(), problems));
+                              answered, only.empty() ? n() : sent, problems));
   }
 
   Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
@@ -437,10 +521,7 @@ class RedlockBackend final : public Backend {
     });
     std::string detail;
     for (const Status& e : r.errors) detail += (detail.empty() ? "" : "; ") + e.message();
-    if (n() == 1) {
-      return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
-                    timed_out ? detail + " (outcome unknown; this attempt was released)" : detail);
-    }
+    if (n() == 1) return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable, detail);
     return Status(timed_out ? Code::kDeadlineExceeded : Code::kUnavailable,
                   fmt::format("no quorum: {} of {} Redis instances answered, {} needed ({})",
                               answered, n(), quorum(n()), detail));
@@ -600,6 +681,11 @@ class RedlockBackend final : public Backend {
   Mutex warned_mu_;
   // (instance, kind of warning) -> when warning_due() last let it through.
   std::map<std::pair<std::size_t, int>, Clock::time_point> warned_ FENCELOCK_GUARDED_BY(warned_mu_);
+  // Releases still owed to an instance that did not answer one, per lock for the next attempt to
+  // carry, and delivered in the background (after instances_ and owed_releases_: its thread is
+  // stopped first).
+  OwedReleases owed_releases_;
+  ReleaseFinisher finisher_{&owed_releases_};
 };
 
 }  // namespace

@@ -21,6 +21,11 @@ inline std::string holder_key(std::string_view key) { return lock_key(key) + ":h
 inline std::string queue_key(std::string_view key) { return lock_key(key) + ":queue"; }
 inline std::string queue_expiry_key(std::string_view key) { return lock_key(key) + ":queue_exp"; }
 inline std::string queue_wake_key(std::string_view key) { return lock_key(key) + ":queue_wake"; }
+// Marks one attempt's lock value as released (release.lua, acquire.lua): docs/PROTOCOLS.md,
+// "Late attempts".
+inline std::string tombstone_key(std::string_view key, std::string_view value) {
+  return lock_key(key) + ":dead:" + std::string(value);
+}
 // One per Client: where the release script wakes that Client's waiters.
 inline std::string wake_channel(std::string_view client_id) {
   return "fencelock:wake:" + std::string(client_id);

@@ -116,7 +116,8 @@ std::vector<std::string> read_lines(const std::string& path) {
 std::vector<std::string> held_lock_keys(RedisServer& server) {
   std::vector<std::string> held;
   for (const std::string& key : server.keys("fencelock:*")) {
-    if (!key.ends_with(":fence")) held.push_back(key);
+    // Fencing counters stay, and so do the tombstones of released attempts (for a TTL).
+    if (!key.ends_with(":fence") && key.find("}:dead:") == std::string::npos) held.push_back(key);
   }
   return held;
 }

@@ -49,7 +49,8 @@ bool process_alive(pid_t pid);
 std::optional<pid_t> guardian_of(pid_t fencelock);
 std::vector<std::string> read_lines(const std::string& path);
 
-// Lock keys ("fencelock:{K}") held on `server`, leaving out the fencing counters ("...:fence").
+// Lock keys ("fencelock:{K}") held on `server`, leaving out the fencing counters ("...:fence")
+// and the tombstones of released attempts ("...:dead:VALUE").
 std::vector<std::string> held_lock_keys(RedisServer& server);
 
 // True if `text` has exactly one line (one '\n', at the end) and starts with "fencelock: ".

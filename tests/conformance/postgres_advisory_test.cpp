@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -21,6 +22,7 @@
 
 #include "core/mutex.h"
 #include "fencelock/client.h"
+#include "fencelock/log.h"
 #include "postgres/advisory_backend.h"
 #include "postgres/advisory_key.h"
 #include "postgres/pg_connection.h"
@@ -414,6 +416,47 @@ TEST_F(PostgresAdvisory, AReleaseThatFindsItsSessionBusyStillUnlocks) {
   ASSERT_TRUE(tried.has_value());
   auto after = third.acquire(key("busy-release"), {.ttl = 5s, .wait = 5s});
   EXPECT_TRUE(after.ok()) << "the released lock stayed held: " << after.status().to_string();
+}
+
+// A release that cannot unlock within its deadline (the holding session runs another statement
+// all that time) says so: it used to return OK while the lock stayed held, and the next
+// acquisition was refused ("held by another session") right after an OK release.
+TEST_F(PostgresAdvisory, AReleaseThatCannotUnlockInTimeSaysSoAndTheUnlockFollows) {
+  Client client = connect("&pool=1", {.io_timeout = 10s, .release_timeout = 200ms});
+  Client third = connect();
+  auto held = client.acquire(key("busy-report"), {.ttl = 5s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  RowBlocker blocker = block_holder_row("busy-report-other");
+  std::optional<Result<Lease>> tried;
+  detail::Mutex mu;
+  std::vector<std::string> logged;
+  set_log_sink(
+      [&](LogLevel, std::string_view text) {
+        detail::MutexLock lock(mu);
+        logged.emplace_back(text);
+      },
+      LogLevel::kInfo);
+  {
+    std::jthread trying([&] { tried = client.acquire(key("busy-report-other"), {.ttl = 5s}); });
+    ASSERT_TRUE(eventually([&] { return sessions_waiting_for_a_row() == 1; }))
+        << "the try never blocked on the row";
+    { Lease dropped = std::move(*held); }  // the release's 200 ms pass while the session is busy
+    auto meanwhile = third.acquire(key("busy-report"), {.ttl = 5s});
+    EXPECT_EQ(meanwhile.code(), Code::kLocked) << meanwhile.status().to_string();
+    blocker.end();
+  }
+  set_log_sink({});
+  {
+    detail::MutexLock lock(mu);
+    const bool reported = std::any_of(logged.begin(), logged.end(), [](const std::string& line) {
+      return line.find("release of 'busy-report'") != std::string::npos &&
+             line.find("the lock is held until then") != std::string::npos;
+    });
+    EXPECT_TRUE(reported) << "the release said nothing of the unlock it left for later";
+  }
+  ASSERT_TRUE(tried.has_value());
+  auto after = third.acquire(key("busy-report"), {.ttl = 5s, .wait = 5s});
+  EXPECT_TRUE(after.ok()) << "the deferred unlock never ran: " << after.status().to_string();
 }
 
 // A wait sets lock_timeout for its statement only: it must not stay on the pooled session, where

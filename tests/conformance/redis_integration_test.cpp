@@ -90,7 +90,7 @@ TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
   auto first = (*backend)->try_acquire(request);
   ASSERT_TRUE(first.grant.has_value()) << first.status.to_string();
   const std::string v1 = first.grant->backend_key;
-  ASSERT_TRUE((*backend)->release_grant(k, owner, v1, deadline()).ok());
+  ASSERT_TRUE((*backend)->release_grant(k, owner, v1, 10s, deadline()).ok());
   auto second = (*backend)->try_acquire(request);
   ASSERT_TRUE(second.grant.has_value()) << second.status.to_string();
   const std::string v2 = second.grant->backend_key;
@@ -98,7 +98,7 @@ TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
   EXPECT_TRUE(v2.starts_with(owner.hex())) << "inspect() shows the owner's prefix";
   EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
 
-  (void)(*backend)->release_grant(k, owner, v1, deadline());  // attempt 1's release, late
+  (void)(*backend)->release_grant(k, owner, v1, 10s, deadline());  // attempt 1's release, late
   EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
   (void)(*backend)->release(k, owner, deadline());  // a give-up: leaves the queue only
   EXPECT_EQ(server->command({"GET", lock_key("attempts")}), v2);
@@ -107,7 +107,7 @@ TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
   const detail::RenewItem stale{&k, &owner, 10s, Clock::time_point::max(), &v1};
   auto renewed = (*backend)->renew_all(std::span(&stale, 1));
   EXPECT_EQ(renewed[0].kind, detail::RenewOutcome::kRejected);
-  ASSERT_TRUE((*backend)->release_grant(k, owner, v2, deadline()).ok());
+  ASSERT_TRUE((*backend)->release_grant(k, owner, v2, 10s, deadline()).ok());
   EXPECT_EQ(server->command({"EXISTS", lock_key("attempts")}), "0");
 }
 

@@ -82,9 +82,10 @@ int bench_command(const BenchArgs& args) {
                     ? Result<std::chrono::milliseconds>(std::chrono::seconds(args.seconds))
                     : parse_duration_option("--duration", args.duration);
   if (!length.ok()) return reporter.fail(kExitUsage, "usage", length.status().message());
-  if (*length < std::chrono::seconds(1) || args.workers < 1) {
+  if (*length < std::chrono::seconds(1) || args.workers < 1 || args.busy < 0 || args.busy > 64) {
     return reporter.fail(kExitUsage, "usage",
-                         "--duration must be at least 1s and --workers at least 1");
+                         "--duration must be at least 1s, --workers at least 1 and --busy "
+                         "between 0 and 64");
   }
   BackendChoice backend = choose_backend(args.backend, args.json);
   auto probe = connect_with_warnings(backend.uri, args.json);
@@ -138,6 +139,7 @@ int bench_command(const BenchArgs& args) {
             {.label = label,
              .uri = backend.uri,
              .lockers = c,
+             .busy = args.busy,
              .duration = duration,
              .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
       }

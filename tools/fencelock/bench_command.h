@@ -7,7 +7,9 @@
 //   baseline     the same as uncontended (the baseline always runs with it, interleaved)
 //   contended    --workers Clients, one key, --critical section; grants/s, wait p50/p99/max,
 //                Jain fairness
-//   throughput   --lockers C (a list: 1,4,16,64,256) threads on distinct keys; cycles/s per C
+//   throughput   --lockers C (a list: 1,4,16,64,256) threads on distinct keys; cycles/s per C,
+//                failures (and those refused as held: on distinct keys only a lock left behind
+//                by an earlier attempt can do that); --busy B processes spinning beside them
 //   held         hold --leases N (a list) with renewal for --duration; renewal rounds/s, server
 //                commands/s (Redis), client CPU, bytes per lease
 //
@@ -28,6 +30,7 @@ struct BenchArgs {
   int workers = 8;
   std::string critical = "1ms";
   std::string lockers = "1,4,16,64,256";
+  int busy = 0;  // throughput: processes that keep the CPUs busy meanwhile
   std::string leases = "1000,10000";
   std::string ttl = "30s";
 };

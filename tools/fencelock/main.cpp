@@ -268,6 +268,10 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
   bench->add_option("--lockers", args.lockers, "throughput: concurrent lockers, a list")
       ->type_name("LIST")
       ->capture_default_str();
+  bench
+      ->add_option("--busy", args.busy,
+                   "throughput: processes that keep the CPUs busy beside the lockers")
+      ->capture_default_str();
   bench->add_option("--leases", args.leases, "held: leases held, a list")
       ->type_name("LIST")
       ->capture_default_str();

@@ -1,20 +1,49 @@
 -- Round 1 of an acquisition on one instance (DESIGN.md 3.1), with a fair FIFO wait queue.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] holder info,
 -- KEYS[4] queue (zset: owner -> ticket), KEYS[5] queue expiry (zset: owner -> server ms),
--- KEYS[6] queue wake channels (hash: owner -> the waiter Client's wake channel)
+-- KEYS[6] queue wake channels (hash: owner -> the waiter Client's wake channel),
+-- KEYS[7] this attempt's tombstone (redis_keys.h tombstone_key: the lock key, ':dead:', the value)
 -- ARGV[1] owner id, ARGV[2] ttl in ms, ARGV[3] holder metadata (JSON text),
 -- ARGV[4] how long to keep a place in the queue in ms (0: do not queue, e.g. try-once),
 -- ARGV[5] ticket: the waiter's place (the same on every instance, so every instance agrees on
 --         who is first; ties are broken by owner id, as zsets order equal scores),
 -- ARGV[6] the waiter Client's wake channel,
 -- ARGV[7] the lock value: fresh for every attempt (the owner id names the waiter, not the grant),
---         so that a late release or renewal of an earlier attempt can never touch this grant
+--         so that a late release or renewal of an earlier attempt can never touch this grant,
+-- ARGV[8] m: how many releases of this lock the calling Client still owes this instance (values
+--         of its earlier attempts that some instance did not confirm releasing), ARGV[9] how long
+--         their tombstones live in ms, ARGV[10..9+m] those values, KEYS[8..7+m] their tombstones:
+--         each is released here first, as release.lua would (compare, delete, wake the first
+--         waiter; else a tombstone), so that a Client taking the same lock again is not refused
+--         by its own release still on the way
 -- Returns {1, counter, ahead_ms} when granted: the counter as canonical decimal text (it only
 -- grows; seeded from this server's clock, counter.lua) and how far the stored counter was ahead
 -- of this server's clock; {0, retry_ms} when not: the holder's PTTL, or, when the lock is free but
 -- reserved for an earlier waiter, how long that waiter's place lasts.
+-- An attempt whose release came first (its tombstone exists: release.lua) does nothing at all and
+-- returns {0, 1}: nobody waits for that reply any more, and a lock or a place in line taken now
+-- would be held by nobody.
 --@include tokens.lua
 --@include counter.lua
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  return {0, 1}
+end
+local owed = tonumber(ARGV[8] or '0')
+for i = 1, owed do
+  local released = ARGV[9 + i]
+  if redis.call('GET', KEYS[1]) == released then
+    redis.call('DEL', KEYS[1], KEYS[3])
+    local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if first and first ~= ARGV[1] then
+      local channel = redis.call('HGET', KEYS[6], first)
+      if channel then
+        redis.call('PUBLISH', channel, first)
+      end
+    end
+  else
+    redis.call('SET', KEYS[7 + i], '1', 'PX', ARGV[9])
+  end
+end
 local owner = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

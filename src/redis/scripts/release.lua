@@ -1,11 +1,15 @@
 -- Compare-and-delete, optionally leave the wait queue, then wake the first waiter in line.
 -- KEYS[1] lock key, KEYS[2] holder info, KEYS[3] queue, KEYS[4] queue expiry,
--- KEYS[5] queue wake channels
+-- KEYS[5] queue wake channels, KEYS[6] the tombstone of ARGV[3] (acquire.lua)
 -- ARGV[1] owner id (the waiter's place in the queue), ARGV[2] '1' to leave the wait queue too
 -- ('0' keeps the place: a Redlock attempt that failed its majority keeps waiting in line),
 -- ARGV[3] the lock value of the grant or attempt to release ('' when there is none: an
 -- acquisition that gives up only leaves the queue). Values are fresh per attempt, so a late
 -- release of an earlier attempt never deletes a later grant.
+-- ARGV[4] how long to keep a tombstone in ms ('0': none): when the lock does not hold ARGV[3],
+-- the attempt's acquire may still be on its way (sent on a connection the client gave up on:
+-- a delaying proxy, a server that had not read it yet); the tombstone makes it do nothing when it
+-- runs, instead of taking the lock for nobody.
 -- Publishes the first waiter's owner id on that waiter's own wake channel: one release wakes
 -- exactly one waiter.
 -- Returns 1 when the lock was deleted, 0 when it was not this value's (or already gone).
@@ -24,5 +28,8 @@ if ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == ARGV[3] then
     end
   end
   return 1
+end
+if ARGV[3] ~= '' and ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[6], '1', 'PX', ARGV[4])
 end
 return 0

@@ -1,0 +1,120 @@
+// Late attempts on Redis and Redlock (docs/PROTOCOLS.md, "Late attempts"): an acquire command
+// the client gave up on (no reply in time, or a majority had answered without it) can still run
+// on its server later, after the release that was meant to settle it. It must take nothing: no
+// lock held by nobody for a whole TTL, no place in line. Against real redis-server processes,
+// with a proxy (tests/support/delay_proxy.h) that holds back the acquire script on one instance.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fencelock/client.h"
+#include "redis/redis_keys.h"
+#include "redis_scripts.h"
+#include "support/delay_proxy.h"
+#include "support/redis_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::redis::lock_key;
+
+LockKey key(std::string_view name) { return *LockKey::make(name); }
+
+Client connect_or_throw(const std::string& uri, ClientOptions options = {}) {
+  auto client = Client::connect(uri, options);
+  if (!client.ok()) throw std::runtime_error(client.status().to_string());
+  return std::move(*client);
+}
+
+// The keys of lock `name` on `server` that hold or reserve it: the lock key, its holder record
+// and the wait queue's keys (not the fencing counter, not tombstones).
+std::vector<std::string> holding_keys(RedisServer& server, std::string_view name) {
+  std::vector<std::string> out;
+  for (const std::string& k : server.keys(lock_key(name) + "*")) {
+    if (k.ends_with(":fence") || k.find("}:dead:") != std::string::npos) continue;
+    out.push_back(k);
+  }
+  return out;
+}
+
+// The acquire script as the proxy sees it on the wire: EVALSHA with its SHA-1.
+std::string acquire_marker() { return std::string(detail::lua::acquire_sha1); }
+
+// Redlock: two instances grant at once, the third's acquire is held back 1.5 s, its reply given
+// up once the majority answered. The lease's release reaches the third instance on a fresh
+// connection first; then the held acquire runs there. Before tombstones it took the lock for its
+// whole TTL (10 s), held by nobody: with one more instance down, nobody could take the lock.
+TEST(RedlockLateAttempts, AnAcquireThatRunsAfterItsReleaseTakesNothing) {
+  auto cluster = RedisCluster::start(3);
+  auto proxy = DelayProxy::start((*cluster)[2].port());
+  const std::string uri = fmt::format("redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+                                      (*cluster)[0].port(), (*cluster)[1].port(), proxy->port());
+  Client client = connect_or_throw(uri);
+  proxy->delay(acquire_marker(), 1500ms);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(fmt::format("round {}", round));
+    const std::string name = fmt::format("late-redlock-{}", round);
+    auto lease = client.acquire(key(name), {.ttl = 10s});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    ASSERT_TRUE(lease->release().ok());
+    ASSERT_TRUE(proxy->wait_answered_late(round + 1, 10s)) << "the held acquire never ran";
+    EXPECT_EQ(holding_keys((*cluster)[2], name), std::vector<std::string>())
+        << "the late acquire took the lock for nobody";
+  }
+  EXPECT_EQ(proxy->held(), 3);
+  // With the held instance's keys free, the lock can be taken while another instance is down.
+  proxy->delay("", 0ms);
+  (*cluster)[0].pause();
+  auto again = client.acquire(key("late-redlock-0"), {.ttl = 2s});
+  (*cluster)[0].resume();
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+}
+
+// Single Redis: the acquire is held back 1.5 s, past the acquisition's I/O cap (1 s): the attempt
+// fails with its outcome unknown and is released; then the acquire runs. Before, it took the lock
+// for 10 s and `fencelock run --wait 0` of the next user was refused all that time, although the
+// message said the attempt was released.
+TEST(RedisLateAttempts, AnAcquireThatTimedOutAndRunsAfterItsReleaseTakesNothing) {
+  auto server = RedisServer::start();
+  auto proxy = DelayProxy::start(server->port());
+  Client slow = connect_or_throw(fmt::format("redis://127.0.0.1:{}", proxy->port()));
+  Client direct = connect_or_throw(server->uri());
+  proxy->delay(acquire_marker(), 1500ms);
+  auto lease = slow.acquire(key("late-single"), {.ttl = 10s});
+  ASSERT_EQ(lease.code(), Code::kDeadlineExceeded) << lease.status().to_string();
+  EXPECT_NE(lease.status().message().find("outcome unknown; this attempt was released"),
+            std::string::npos)
+      << lease.status().message();
+  ASSERT_TRUE(proxy->wait_answered_late(1, 10s)) << "the held acquire never ran";
+  EXPECT_EQ(holding_keys(*server, "late-single"), std::vector<std::string>())
+      << "the late acquire took the lock for nobody";
+  auto next = direct.acquire(key("late-single"), {.ttl = 10s});
+  EXPECT_TRUE(next.ok()) << next.status().to_string();
+}
+
+// When the release cannot be confirmed either, the message says so instead of "released".
+TEST(RedisLateAttempts, WhenTheReleaseTimesOutTooTheMessageSaysTheLockMayStayHeld) {
+  auto server = RedisServer::start();
+  auto proxy = DelayProxy::start(server->port());
+  Client slow =
+      connect_or_throw(fmt::format("redis://127.0.0.1:{}", proxy->port()), {.io_timeout = 300ms});
+  proxy->delay("EVALSHA", 1500ms);  // every script call: the acquire and its release
+  auto lease = slow.acquire(key("late-unreleased"), {.ttl = 10s});
+  ASSERT_EQ(lease.code(), Code::kDeadlineExceeded) << lease.status().to_string();
+  EXPECT_EQ(lease.status().message().find("this attempt was released"), std::string::npos)
+      << lease.status().message();
+  EXPECT_NE(lease.status().message().find("may stay held until its TTL ends"), std::string::npos)
+      << lease.status().message();
+  // Both still arrive, in the order they were sent: the release deletes what the acquire took.
+  ASSERT_TRUE(proxy->wait_answered_late(2, 10s));
+  EXPECT_EQ(holding_keys(*server, "late-unreleased"), std::vector<std::string>());
+}
+
+}  // namespace
+}  // namespace fencelock::testing
