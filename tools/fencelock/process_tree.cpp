@@ -33,23 +33,28 @@ struct ProcStat {
   bool zombie = false;
 };
 
-// Parses /proc/PID/stat: "pid (comm) state ppid pgrp ...". comm may hold spaces and ')'.
+// Parses /proc/PID/stat: "pid (comm) state ppid pgrp ... num_threads ...". comm may hold spaces
+// and ')'. A process whose main thread exited while other threads run shows the main thread's
+// state, Z: it is a zombie only when no other thread is left (num_threads, the 20th field, is
+// then 1). Read with open/read (no stdio buffer to allocate: a scan reads thousands).
 bool read_stat(pid_t pid, ProcStat& out) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  std::FILE* file = std::fopen(path, "re");
-  if (file == nullptr) return false;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
   char buf[1024];
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, file);
-  std::fclose(file);
-  std::string_view text(buf, n);
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  std::string_view text(buf, static_cast<std::size_t>(n));
   const auto close = text.rfind(')');
   if (close == std::string_view::npos || close + 2 >= text.size()) return false;
   text.remove_prefix(close + 2);  // "S ppid pgrp ..."
   out.pid = pid;
-  out.zombie = text.front() == 'Z' || text.front() == 'X';
+  const bool dead_main_thread = text.front() == 'Z' || text.front() == 'X';
   text.remove_prefix(1);
-  long fields[2] = {0, 0};
+  // Fields 4 (ppid) to 20 (num_threads), all integers.
+  long fields[17] = {};
   for (long& field : fields) {
     while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), field);
@@ -58,6 +63,7 @@ bool read_stat(pid_t pid, ProcStat& out) {
   }
   out.ppid = static_cast<pid_t>(fields[0]);
   out.pgrp = static_cast<pid_t>(fields[1]);
+  out.zombie = dead_main_thread && fields[16] <= 1;
   return true;
 }
 
@@ -66,11 +72,15 @@ bool read_stat(pid_t pid, ProcStat& out) {
 // so a larger one (readdir's 32 KiB) misses a process created in its range after it was taken
 // (after the pid counter wrapped, a new pid can fall below older ones), and one that takes
 // milliseconds to read through lets work that keeps moving to new pids slip through it every time.
+// Stops early (false) once the steady clock passes `stop_by`, checked every few entries.
 template <typename Visit>
-void for_each_process(Visit&& visit) {
+bool for_each_process(Visit&& visit, std::chrono::steady_clock::time_point stop_by =
+                                         std::chrono::steady_clock::time_point::max()) {
   const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) return;
+  if (dir < 0) return true;
   alignas(8) char buf[128];
+  const bool bounded = stop_by != std::chrono::steady_clock::time_point::max();
+  unsigned seen = 0;
   for (;;) {
     const long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
     if (n <= 0) break;
@@ -81,10 +91,15 @@ void for_each_process(Visit&& visit) {
       const char* name = entry->d_name;
       auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
       if (ec != std::errc() || *end != '\0' || pid <= 0) continue;
+      if (bounded && (++seen % 32) == 0 && std::chrono::steady_clock::now() >= stop_by) {
+        ::close(dir);
+        return false;
+      }
       visit(static_cast<pid_t>(pid));
     }
   }
   ::close(dir);
+  return true;
 }
 
 }  // namespace
@@ -96,8 +111,9 @@ std::vector<pid_t> ProcessTree::members() const {
   return census(zombies, 0, {});
 }
 
-std::vector<pid_t> ProcessTree::members(std::vector<pid_t>& zombies) const {
-  return census(zombies, 0, {});
+std::vector<pid_t> ProcessTree::members(std::vector<pid_t>& zombies,
+                                        std::chrono::steady_clock::time_point stop_by) const {
+  return census(zombies, 0, {}, stop_by);
 }
 
 std::vector<pid_t> ProcessTree::members_settled() const {
@@ -142,7 +158,8 @@ std::vector<pid_t> ProcessTree::signal_settled(int signo, std::vector<pid_t> kno
 }
 
 std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies, int on_sight,
-                                       const std::vector<pid_t>& known_zombies) const {
+                                       const std::vector<pid_t>& known_zombies,
+                                       std::chrono::steady_clock::time_point stop_by) const {
   const pid_t self = ::getpid();
   // What is known of this scan so far: each process's parent, and the memberships decided.
   std::unordered_map<pid_t, pid_t> parent;
@@ -193,34 +210,77 @@ std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies, int on_sight
     if (on_sight != 0) ::kill(p.pid, on_sight);
     out.push_back(p.pid);
   };
-  for_each_process([&](pid_t pid) {
-    // A zombie stays one until it is reaped, and nothing reaps while fencelock is stopped; its
-    // children were re-parented when it exited, so its parent does not matter either.
-    if (std::binary_search(known_zombies.begin(), known_zombies.end(), pid)) {
-      zombies.push_back(pid);
-      return;
-    }
-    ProcStat p;
-    if (!read_stat(pid, p)) return;
-    parent[p.pid] = p.ppid;
-    if (p.pid == self || p.pid == owner_) {
-      decided[p.pid] = false;
-      return;
-    }
-    std::optional<bool> member =
-        p.pgrp == root_ ? std::optional<bool>(true) : descends(p.pid, false);
-    if (!member) {
-      undecided.push_back(p);
-      return;
-    }
-    decided[p.pid] = *member;
-    if (*member) add(p);
-  });
+  for_each_process(
+      [&](pid_t pid) {
+        // A zombie stays one until it is reaped, and nothing reaps while fencelock is stopped; its
+        // children were re-parented when it exited, so its parent does not matter either.
+        if (std::binary_search(known_zombies.begin(), known_zombies.end(), pid)) {
+          zombies.push_back(pid);
+          return;
+        }
+        ProcStat p;
+        if (!read_stat(pid, p)) return;
+        parent[p.pid] = p.ppid;
+        if (p.pid == self || p.pid == owner_) {
+          decided[p.pid] = false;
+          return;
+        }
+        std::optional<bool> member =
+            p.pgrp == root_ ? std::optional<bool>(true) : descends(p.pid, false);
+        if (!member) {
+          undecided.push_back(p);
+          return;
+        }
+        decided[p.pid] = *member;
+        if (*member) add(p);
+      },
+      stop_by);
   for (const ProcStat& p : undecided) {
     if (descends(p.pid, true).value_or(false)) add(p);
   }
   std::sort(zombies.begin(), zombies.end());
   return out;
+}
+
+int ProcessTree::kill_children_of_owner() const {
+  if (owner_ <= 0) return 0;
+  const std::string tasks = fmt::format("/proc/{}/task", owner_);
+  std::vector<pid_t> killed;  // sorted
+  for (int pass = 0; pass < kMaxScans; ++pass) {
+    bool fresh = false;
+    DIR* dir = ::opendir(tasks.c_str());
+    if (dir == nullptr) break;
+    while (const dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      const std::string path = fmt::format("{}/{}/children", tasks, entry->d_name);
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      std::string text;
+      char buf[16384];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+        text.append(buf, static_cast<std::size_t>(n));
+      }
+      ::close(fd);
+      const char* at = text.data();
+      const char* const end = text.data() + text.size();
+      while (at < end) {
+        int pid = 0;
+        auto [next, ec] = std::from_chars(at, end, pid);
+        if (ec != std::errc()) {
+          ++at;  // the separating space
+          continue;
+        }
+        at = next;
+        if (pid <= 1 || std::binary_search(killed.begin(), killed.end(), pid)) continue;
+        ::kill(pid, SIGKILL);
+        killed.insert(std::upper_bound(killed.begin(), killed.end(), pid), pid);
+        fresh = true;
+      }
+    }
+    ::closedir(dir);
+    if (!fresh) break;
+  }
+  return static_cast<int>(killed.size());
 }
 
 int ProcessTree::signal(int signo) const {

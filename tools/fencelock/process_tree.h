@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,11 @@ class ProcessTree {
   // children, even those in sessions of their own whose parent still lives, belong to CMD too);
   // neither the owner nor the calling process is one.
   std::vector<pid_t> members() const;
-  // The same, and `zombies` receives the zombie members, sorted.
-  std::vector<pid_t> members(std::vector<pid_t>& zombies) const;
+  // The same, and `zombies` receives the zombie members, sorted. A scan still running when the
+  // steady clock passes `stop_by` ends there, with what it found so far.
+  std::vector<pid_t> members(std::vector<pid_t>& zombies,
+                             std::chrono::steady_clock::time_point stop_by =
+                                 std::chrono::steady_clock::time_point::max()) const;
 
   // The members found alive, scanning again until the answer can be trusted: one scan of /proc
   // is not a snapshot, and a process that forks and exits while it runs (a daemon's double fork,
@@ -78,6 +82,15 @@ class ProcessTree {
   // leaves it; a stopped one stays).
   std::vector<pid_t> signal_settled(int signo, std::vector<pid_t> known_zombies = {}) const;
 
+  // SIGKILL to every child of the owner as /proc/OWNER/task/*/children lists them (no scan of
+  // /proc: a few reads however many processes the machine runs), again until a pass lists no
+  // child it had not killed. The children of fencelock, a subreaper, are CMD and the orphans of its
+  // tree, where work that keeps moving to new pids always is: its generations reach the owner as
+  // their parents exit. A child of a stopped owner is not reaped, so its pid is not reused in
+  // between. Returns how many were killed (0 without an owner, or where the kernel has no
+  // children files: CONFIG_PROC_CHILDREN).
+  int kill_children_of_owner() const;
+
   // The most scans members_settled() and signal_settled() make.
   static constexpr int kMaxScans = 1000;
 
@@ -86,7 +99,9 @@ class ProcessTree {
   // known to be a member; `zombies` receives the zombie members, sorted. A pid listed in
   // `known_zombies` (sorted) is taken as a zombie member without reading it.
   std::vector<pid_t> census(std::vector<pid_t>& zombies, int on_sight,
-                            const std::vector<pid_t>& known_zombies) const;
+                            const std::vector<pid_t>& known_zombies,
+                            std::chrono::steady_clock::time_point stop_by =
+                                std::chrono::steady_clock::time_point::max()) const;
 
   pid_t root_;
   pid_t owner_;
