@@ -1,5 +1,6 @@
 /*
- * Redlock with round 2: fencing tokens only grow, and mutual exclusion under the expiry rule.
+ * Redlock with round 2: fencing tokens only grow, mutual exclusion under the expiry rule, and
+ * an acquire that arrives after its attempt's release takes nothing (tombstones).
  * Checked exhaustively by scripts/model-check.sh; docs/PROTOCOLS.md ("Redis and Redlock",
  * "Model") says what is covered and what is abstracted.
  *
@@ -26,24 +27,51 @@
  *    that the validity of the attempt that wrote it has ended (the expiry rule, see live/over
  *    below). The client's own check that the validity has not run out by the end of round 2
  *    may fail at any grant.
- *  - Data loss: an instance may lose all its data (lock key and counter: a restart without
- *    persistence), up to LOSSES times in all, one instance down at a time. It executes no
+ *  - Data loss: an instance may lose all its data (lock key, counter and tombstones: a restart
+ *    without persistence), up to LOSSES times in all, one instance down at a time. It executes no
  *    script while down and comes back empty once RESTART_DELAY = V + 1 ticks have passed
  *    (longer than the longest TTL plus 2 delta plus a tick: docs/PROTOCOLS.md "Tokens after
  *    data loss"). Requests sent to it meanwhile arrive after it is back, or never.
+ *  - Late attempts: a round-1 request of an attempt that has ended (failed, or its grant
+ *    released) may still arrive at an instance, before or after that attempt's release there.
+ *    The release of every ended attempt goes to every instance where its round 1 was not seen
+ *    refused (try_acquire's release_on; release_grant: all), as a message of its own (a fresh
+ *    connection: it may overtake the request); the ReleaseFinisher sends an unanswered one
+ *    again until the instance answers, but the model also lets it never arrive, which only
+ *    leaves the late request unstopped. release.lua leaves a tombstone for the attempt's value
+ *    where the lock does not hold that value; acquire.lua does nothing where its attempt's
+ *    tombstone exists. A release still owed to an instance that did not answer it also travels
+ *    with the Client's next attempt on the same lock (acquire.lua runs it first, in the same
+ *    script): the same release delivered once more, which the model leaves out, as it covers
+ *    nothing the model does not allow anyway (a release may run at any moment once it is
+ *    sent: its deletion is the expiry rule's step, its tombstone the release-first step; a
+ *    second delivery finds the tombstone, or no key of the attempt: a late request that found
+ *    no tombstone ran before the first delivery, which deleted its key or found it gone; only
+ *    after a data loss can it still delete one, which would only shorten the escape below);
+ *    the same holds for the finisher's resending of a release that did run. A tombstone's
+ *    expiry (max(ttl, 60 s)) is not modelled: the argument assumes the late request arrives
+ *    within the tombstone's life. A data loss takes the instance's tombstones with it.
  *  - Client crashes: a client that takes no further step. Every state of a run with a crash is
  *    reached by the same run with the client frozen, because all other processes (instances,
  *    network, expiry) move independently of it; so no explicit crash transition is needed. The
  *    client may also keep a grant without ever releasing it (it then expires).
  *
- * Abstracted away: the wait queue (acquire.lua:18-30 and 35-48: it only refuses more SETs and
- * changes no key the invariants read), holder metadata, renewals (renew.lua: a renewal only
- * extends a key under the same value compare as release.lua), pub/sub wake-ups, reconnects.
+ * Abstracted away: the wait queue (acquire.lua's stale-waiter sweep, `head`, ZADD and PEXPIRE:
+ * it only refuses more SETs and changes no key the invariants read), holder metadata, renewals
+ * (renew.lua: a renewal only extends a key under the same value compare as release.lua), pub/sub
+ * wake-ups, reconnects.
  *
- * Invariants (asserted at each grant, in Client below):
+ * Invariants (the first two asserted at each grant, in Client below; the third at each SET of
+ * the lock key by a round-1 request, in late_acquire and acquire_script):
  *  - TOKEN_GROWS: the token exceeds the token of every grant completed before this attempt
  *    began, and no two grants share a token.
  *  - MUTEX: no other client holds a grant whose validity has not ended.
+ *  - LATE_TAKES_NOTHING: an acquire that arrives after its attempt's release takes nothing: when
+ *    acquire.lua SETs the lock key on an instance, no release of that attempt has executed on
+ *    that instance since the instance last lost its data. The restriction is needed and
+ *    honest: a late acquire that arrives after its instance lost its data (and the tombstone
+ *    with it) and came back takes the key there, held by nobody until its TTL ends
+ *    (NO_LOSS_EXEMPTION below shows it).
  *
  * Variants, each a real defect or documented assumption; each must be caught:
  *  - NO_ROUND2: the token is the max of INCR over the majority without round 2's write-back
@@ -56,6 +84,11 @@
  *    earlier one after a loss).
  *  - EARLY_RESTART: an instance that lost its data comes back at once (RESTART_DELAY 0), while
  *    grants whose keys it held may still be valid.
+ *  - NO_TOMBSTONE: release.lua writes no tombstone and acquire.lua checks none (the code before
+ *    tombstones): a round-1 request that arrives after its attempt's release takes the lock
+ *    key for nobody, for a whole TTL.
+ *  - NO_LOSS_EXEMPTION: LATE_TAKES_NOTHING asserted also on an instance that lost its data
+ *    after the release (with data loss): the escape that the invariant's restriction admits.
  *
  * Bound: every run is finite (each client makes at most its attempts, every message is
  * delivered at most once, every key is written by one delivery and goes at most once, the clock
@@ -188,27 +221,67 @@ byte max_done = 0;      /* the largest token of the grants completed so far */
 byte gtok[NATT + 1];    /* the token of attempt a's grant, 0 none */
 byte ctok[CLIENTS];     /* client c's token, from the end of round 1 to the grant's verdict */
 byte cbegan[CLIENTS];   /* max_done when client c's attempt began, until the verdict */
+/* LATE_TAKES_NOTHING, within one acquire step: the attempt whose SET this is was released on
+ * this instance already (hidden: not part of the state) */
+hidden byte released_here;
 
 /*
  * State-space reductions. Each only merges states that no later step can tell apart, or drops a
  * request whose delivery is the same as a step the model allows anyway; none removes a
  * behaviour. None applies under REUSE_VALUE, where other attempts share a value.
  *  - A release of an attempt that has ended deletes only that attempt's key, which the expiry
- *    rule lets expire at any moment anyway (its attempt is not live): the same step. So with
- *    distinct values releases are not sent (REL_MASK).
+ *    rule lets expire at any moment anyway (its attempt is not live): the same step. Its
+ *    tombstone matters only where the attempt's round-1 request is still in flight (elsewhere
+ *    that request has run, and no other attempt has its value). So with distinct values
+ *    releases are sent only paired with those requests (dead_acq below), not as rel_pend
+ *    (REL_MASK).
  *  - A round-2 request of attempt A at instance I changes something only while A's key is
  *    there (it went only to instances that granted A): dropped when the key goes (gc).
  *  - Once an attempt has ended and has no round-2 request left at an instance, nothing can
  *    tell its key there from any other ended attempt's: it becomes DEAD; its round-1
- *    requests still in flight become anonymous ones (dead_acq[i]), which write DEAD.
+ *    requests still in flight become anonymous ones, which write DEAD. Each goes with its
+ *    attempt's release to that instance, and the pair only acts on itself (the tombstone is
+ *    the attempt's own), so per instance it is enough to count the pairs in each phase:
+ *    dead_acq[i]: both in flight; released_acq[i]: the release ran first (its tombstone is
+ *    there, or, under NO_TOMBSTONE, none), the round-1 request still in flight; lost_acq[i]:
+ *    the same, but the instance lost its data since (the tombstone with it). A pair whose
+ *    round-1 request ran first is done: its release then deletes that key or finds it gone
+ *    (the expiry rule's step, see above) and its tombstone stops nothing.
+ *  - A tombstoned request that no data loss can reach any more (LOSSES used up) does nothing
+ *    whenever it arrives: it is dropped when its release runs (TOMB_INERT).
  *  - Counter values are renumbered in order after every step (renumber_values below).
  */
 #define DEAD (NATT + 1)
+#ifdef NO_TOMBSTONE
+#define TOMBSTONES 0
+#else
+#define TOMBSTONES 1
+#endif
+/* LATE_TAKES_NOTHING is asserted also where the instance lost its data since the release. */
+#ifdef NO_LOSS_EXEMPTION
+#define AFTER_LOSS_COUNTS 1
+#else
+#define AFTER_LOSS_COUNTS 0
+#endif
 #ifdef REUSE_VALUE
 #define REL_MASK(A) ALL
+/* tomb[v]: instances holding the tombstone of lock value v (release.lua); released[a]:
+ * instances where a release of attempt a ran since they last lost their data (observer). */
+byte tomb[NATT + 1];
+byte released[NATT + 1];
+#define TOMBED(A, I) HAS(tomb[VAL(A)], I)
+#define RELEASED(A, I) HAS(released[A], I)
+#define HOLDS_DATA(I) 1 /* (tombstones too: no reduction here) */
 #else
 #define REL_MASK(A) 0
-byte dead_acq[N];
+byte dead_acq[N];     /* round-1 requests of ended attempts, and their releases, in flight */
+byte released_acq[N]; /* ... whose release ran here first (since the last data loss here) */
+byte lost_acq[N];     /* ... whose release ran here before this instance lost its data */
+#define TOMB_INERT (TOMBSTONES && losses >= LOSSES)
+#define TOMBED(A, I) 0
+#define RELEASED(A, I) 0
+/* Instance I holds something a data loss takes: its key, its counter or a tombstone. */
+#define HOLDS_DATA(I) (lock[I] != 0 || fence[I] != 0 || (TOMBSTONES && released_acq[I] > 0))
 #endif
 
 inline gc(i) {
@@ -278,14 +351,17 @@ inline retire(a) {
 #ifndef NO_SYMMETRY
 c_code {
 /* The whole state of instance x as one number: its key and counter, the anonymous round-1
- * requests in flight, and per attempt the requests in flight, the replies that came and the
- * counter replied. */
+ * requests in flight (by phase), and per attempt the requests in flight, the replies that came,
+ * the counter replied and (REUSE_VALUE) the tombstones and releases. Two different states with
+ * the same number would only be left unsorted (less reduction, never a wrong merge). */
 static unsigned long long instance_signature(int x) {
   unsigned long long s = now.lock[x];
   s = s * 64 + now.fence[x];
   s = s * 2 + now.down[x];
 #ifndef REUSE_VALUE
   s = s * 8 + now.dead_acq[x];
+  s = s * 8 + now.released_acq[x];
+  s = s * 8 + now.lost_acq[x];
 #endif
   for (int a = 1; a <= NATT; a++) {
     s = s * 2 + ((now.acq_pend[a] >> x) & 1);
@@ -293,6 +369,10 @@ static unsigned long long instance_signature(int x) {
     s = s * 2 + ((now.rel_pend[a] >> x) & 1);
     s = s * 2 + ((now.r1_granted[a] >> x) & 1);
     s = s * 2 + ((now.r2_ok[a] >> x) & 1);
+#ifdef REUSE_VALUE
+    s = s * 2 + ((now.tomb[a] >> x) & 1);
+    s = s * 2 + ((now.released[a] >> x) & 1);
+#endif
     s = s * 64 + now.r1_counter[a * N + x];
   }
   return s;
@@ -307,6 +387,8 @@ static void swap_instances(int x, int y) {
   t = now.down[x]; now.down[x] = now.down[y]; now.down[y] = t;
 #ifndef REUSE_VALUE
   t = now.dead_acq[x]; now.dead_acq[x] = now.dead_acq[y]; now.dead_acq[y] = t;
+  t = now.released_acq[x]; now.released_acq[x] = now.released_acq[y]; now.released_acq[y] = t;
+  t = now.lost_acq[x]; now.lost_acq[x] = now.lost_acq[y]; now.lost_acq[y] = t;
 #endif
   for (int a = 1; a <= NATT; a++) {
     swap_bits(&now.acq_pend[a], x, y);
@@ -314,6 +396,10 @@ static void swap_instances(int x, int y) {
     swap_bits(&now.rel_pend[a], x, y);
     swap_bits(&now.r1_granted[a], x, y);
     swap_bits(&now.r2_ok[a], x, y);
+#ifdef REUSE_VALUE
+    swap_bits(&now.tomb[a], x, y);
+    swap_bits(&now.released[a], x, y);
+#endif
     t = now.r1_counter[a * N + x];
     now.r1_counter[a * N + x] = now.r1_counter[a * N + y];
     now.r1_counter[a * N + y] = t;
@@ -389,12 +475,17 @@ inline advance_counter(i) {
 }
 
 /* acquire.lua on instance i for attempt a (the queue abstracted: head == nil):
- * SET lock value NX PX ttl; on success advance the counter and return {1, counter}, else
- * {0, PTTL}. */
+ * if EXISTS tombstone (KEYS[7]) then return {0, 1}; SET lock value NX PX ttl; on
+ * success advance the counter and return {1, counter}, else {0, PTTL}. With distinct values an
+ * attempt here has not been released (its requests become anonymous when it is: late_acquire),
+ * so only REUSE_VALUE can find a tombstone or a release of its value here. */
 inline acquire_script(a, i) {
   acq_pend[a] = acq_pend[a] & ~BIT(i);
   if
-  :: lock[i] == 0 ->
+  :: TOMBED(a, i) -> skip
+  :: !TOMBED(a, i) && lock[i] == 0 ->
+     released_here = RELEASED(a, i);
+     assert(!released_here); /* LATE_TAKES_NOTHING */
      lock[i] = a;
      advance_counter(i);
      if
@@ -402,6 +493,28 @@ inline acquire_script(a, i) {
      :: else -> skip
      fi
   :: else -> skip /* {0, pttl}: the client treats it as no grant */
+  fi
+}
+
+/*
+ * acquire.lua on instance i for a round-1 request of an ended attempt (anonymous: its key is
+ * DEAD). T: its attempt's tombstone is there. R: its attempt's release ran on i (since i last
+ * lost its data, unless NO_LOSS_EXEMPTION).
+ */
+inline late_acquire(i, T, R) {
+  if
+  :: T -> skip /* acquire.lua: EXISTS of its tombstone (KEYS[7]): {0, 1}, nothing written */
+  :: else ->
+     if
+     :: lock[i] == 0 ->
+        /* LATE_TAKES_NOTHING: an acquire that arrives after its attempt's release takes
+         * nothing */
+        released_here = R;
+        assert(!released_here);
+        lock[i] = DEAD;
+        advance_counter(i)
+     :: else -> skip
+     fi
   fi
 }
 
@@ -422,13 +535,26 @@ inline raise_script(a, i) {
   fi
 }
 
-/* release.lua:17-18: if ARGV[3] ~= '' and GET lock == value then DEL lock holder. */
+/* release.lua: if ARGV[3] ~= '' and GET lock == value then DEL lock holder; else, with a
+ * tombstone life (ARGV[4] ~= '0', always for an attempt's value), SET the value's tombstone.
+ * Only REUSE_VALUE sends releases as rel_pend (REL_MASK); with distinct values they travel
+ * paired with the round-1 requests they stop (dead_acq, in Instance below). */
 inline release_script(a, i) {
   rel_pend[a] = rel_pend[a] & ~BIT(i);
   if
   :: lock[i] != 0 && VAL(lock[i]) == VAL(a) -> lock[i] = 0
-  :: else -> skip
-  fi
+  :: else ->
+#if defined(REUSE_VALUE) && !defined(NO_TOMBSTONE)
+     tomb[VAL(a)] = tomb[VAL(a)] | BIT(i)
+#else
+     skip
+#endif
+  fi;
+#ifdef REUSE_VALUE
+  released[a] = released[a] | BIT(i)
+#else
+  skip
+#endif
 }
 
 /* Any pending request of attempt A executes on this instance, in any order, while it is up. */
@@ -458,14 +584,40 @@ end:
   DELIVER(6)
 #endif
 #ifndef REUSE_VALUE
-  /* A round-1 request of an ended attempt executes */
+  /* A round-1 request of an ended attempt executes before its release reaches this instance
+   * (the release then finds its key, or finds it gone: the expiry rule's step). */
+  :: atomic {
+       !down[i] && dead_acq[i] > 0 ->
+       dead_acq[i]--;
+       late_acquire(i, 0, 0);
+       canonical()
+     }
+  /* Its release executes here first (it went on a fresh connection and overtook it, or the
+   * round-1 request is still held up): release.lua finds the lock without the attempt's value
+   * and leaves its tombstone (NO_TOMBSTONE: nothing). */
   :: atomic {
        !down[i] && dead_acq[i] > 0 ->
        dead_acq[i]--;
        if
-       :: lock[i] == 0 -> lock[i] = DEAD; advance_counter(i)
-       :: else -> skip
+       :: TOMB_INERT -> skip
+       :: else -> released_acq[i]++
        fi;
+       canonical()
+     }
+  /* The round-1 request arrives after its release: the tombstone is there (since no data loss
+   * here came between them). */
+  :: atomic {
+       !down[i] && released_acq[i] > 0 ->
+       released_acq[i]--;
+       late_acquire(i, TOMBSTONES, 1);
+       canonical()
+     }
+  /* The round-1 request arrives after its release, with a data loss here between them: the
+   * tombstone went with the data. */
+  :: atomic {
+       !down[i] && lost_acq[i] > 0 ->
+       lost_acq[i]--;
+       late_acquire(i, 0, AFTER_LOSS_COUNTS);
        canonical()
      }
 #endif
@@ -487,15 +639,38 @@ end:
    * the latest V ticks after their start, which is before the instance is back (their keys
    * were written after their start, and it is back RESTART_DELAY > V ticks after the loss).
    * That the keys are gone before their TTL ran out is, for everyone else, the same as the
-   * instance being down. Losing an empty instance changes
-   * nothing (being down is then a delay of its requests), so it is left out. */
+   * instance being down. The tombstones are gone too: the round-1 requests they stopped
+   * take the key if they arrive now. Losing an empty instance (no key, counter or tombstone)
+   * changes nothing (being down is then a delay of its requests), so it is left out. Once
+   * no loss is left, every tombstone elsewhere stops its request for good (TOMB_INERT). */
   :: atomic {
-       losses < LOSSES && !down[0] && !down[1] && !down[2] && (lock[i] != 0 || fence[i] != 0) ->
+       losses < LOSSES && !down[0] && !down[1] && !down[2] && HOLDS_DATA(i) ->
        losses++;
        down[i] = 1;
        down_age = 0;
        lock[i] = 0;
        fence[i] = 0;
+#ifdef REUSE_VALUE
+       j = 1;
+       do
+       :: j <= NATT ->
+          tomb[j] = tomb[j] & ~BIT(i);
+          released[j] = released[j] & ~BIT(i);
+          j++
+       :: else -> break
+       od;
+       j = 0;
+#else
+       lost_acq[i] = lost_acq[i] + released_acq[i];
+       released_acq[i] = 0;
+       if
+       :: TOMB_INERT ->
+          released_acq[0] = 0;
+          released_acq[1] = 0;
+          released_acq[2] = 0
+       :: else -> skip
+       fi;
+#endif
        gc(i);
        canonical()
      }

@@ -330,10 +330,11 @@ class RedlockBackend final : public Backend {
       } else {
         problems += (problems.empty() ? "" : "; ") + st.message();
       }
-      // No reply: the attempt's acquire may still run there, so its release (with the
-      // tombstone) is owed to it; the finisher delivers it while the tombstone would matter, and
-      // the next attempt of this Client on the same lock carries it too.
-      if (!call.error.ok() && !value.empty() && tombstone.count() > 0) {
+      // No reply, or an error reply (BUSY, LOADING, OOM: the script did not run): the attempt's
+      // acquire may still run there, so its release (with the tombstone) is owed to it; the
+      // finisher delivers it while the tombstone would matter, and the next attempt of this
+      // Client on the same lock carries it too.
+      if (!st.ok() && !value.empty() && tombstone.count() > 0) {
         owing.push_back(call.instance);
       }
     }

@@ -116,7 +116,11 @@ std::vector<ReleaseFinisher::Job> ReleaseFinisher::attempt(std::vector<Job> jobs
   for (std::size_t c = 0; c < calls.size(); ++c) {
     for (std::size_t k = 0; k < of_call[c].size(); ++k) {
       Job& job = jobs[of_call[c][k]];
-      if (k < calls[c].replies.size()) {  // replies that came before a failure count
+      // Replies that came before a failure count; an error reply (BUSY, LOADING, OOM) means the
+      // script did not run: tried again.
+      const bool ran =
+          k < calls[c].replies.size() && calls[c].replies[k]->type != REDIS_REPLY_ERROR;
+      if (ran) {
         if (owed_ != nullptr) owed_->delivered(job.lock, job.value);
       } else {
         unanswered.push_back(std::move(job));

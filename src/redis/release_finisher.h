@@ -65,9 +65,9 @@ class ReleaseFinisher {
   ReleaseFinisher(const ReleaseFinisher&) = delete;
   ReleaseFinisher& operator=(const ReleaseFinisher&) = delete;
 
-  // Sends `command` (the release script call of `value` of `lock`) to `instance` until it
-  // answers (any reply, an error reply included: only no reply in time is tried again) or `until`
-  // passes; each try is bounded by `per_try`. REQUIRES: `instance` outlives this finisher.
+  // Sends `command` (the release script call of `value` of `lock`) to `instance` until it runs
+  // there (a reply that is not an error reply) or `until` passes; each try is bounded by
+  // `per_try`. REQUIRES: `instance` outlives this finisher.
   void finish(Instance* instance, std::string lock, std::string value, std::string command,
               Clock::time_point until, milliseconds per_try);
 
