@@ -315,6 +315,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
+    call.sent = false;
     if (call.commands.empty()) continue;
     if (!idle[i] && connect_later) {
       call.instance->connect_in_background();
@@ -333,6 +334,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     redisContext* c = checked_out->get();
     for (const std::string* cmd : call.commands)
       redisAppendFormattedCommand(c, cmd->data(), cmd->size());
+    call.sent = true;  // from here on, some of it may reach the server
     int done = 0;
     while (!done) {
       if (redisBufferWrite(c, &done) == REDIS_ERR) break;

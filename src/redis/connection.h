@@ -119,6 +119,9 @@ struct InstanceCall {
   // The replies received, in command order; on an error, those that came before it.
   std::vector<Reply> replies;
   Status error;  // not OK when the instance could not answer every command in time
+  // Whether the commands were written to a connection at all (false: no connection, or one was
+  // being made in the background): a command never sent cannot run late.
+  bool sent = false;
 };
 
 // Bounds for a fan-out, besides its deadline.

@@ -145,13 +145,14 @@ class RedlockBackend final : public Backend {
     // Nothing may stay behind: release this attempt's value where it was granted and where the
     // outcome is unknown (no answer in time: the acquire may still run there, and the release's
     // tombstone makes it do nothing); keep the place in the wait queue (the caller leaves it if
-    // it gives up). An instance that plainly said "held" took nothing.
+    // it gives up). An instance that plainly said "held" took nothing, and one the command never
+    // reached (its connection was being made) cannot run it late.
     std::vector<bool> release_on(calls.size(), false);
     for (std::size_t i = 0; i < calls.size(); ++i) {
       const bool refused = calls[i].error.ok() && calls[i].replies[0]->type != REDIS_REPLY_ERROR &&
                            interpret_acquire_reply(*calls[i].replies[0]).has_value() &&
                            !interpret_acquire_reply(*calls[i].replies[0])->granted;
-      release_on[i] = !refused;
+      release_on[i] = calls[i].sent && !refused;
     }
     if (std::find(release_on.begin(), release_on.end(), true) != release_on.end()) {
       const Status released =

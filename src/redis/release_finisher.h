@@ -33,7 +33,7 @@ class OwedReleases {
  public:
   // At most this many values per lock (the oldest are dropped from the list, not from the
   // finisher) and this many locks (the least recently added first).
-  static constexpr std::size_t kPerLock = 32;
+  static constexpr std::size_t kPerLock = 64;
   static constexpr std::size_t kMaxLocks = 100'000;
 
   // `instances` instances owe the release of `value` of `lock` until `until`.

@@ -40,7 +40,8 @@ for i = 1, owed do
         redis.call('PUBLISH', channel, first)
       end
     end
-  else
+  elseif redis.call('PTTL', KEYS[7 + i]) < tonumber(ARGV[9]) then
+    -- Never shortens a tombstone that a release with a longer TTL left.
     redis.call('SET', KEYS[7 + i], '1', 'PX', ARGV[9])
   end
 end

@@ -29,7 +29,7 @@ if ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == ARGV[3] then
   end
   return 1
 end
-if ARGV[3] ~= '' and ARGV[4] ~= '0' then
+if ARGV[3] ~= '' and ARGV[4] ~= '0' and redis.call('PTTL', KEYS[6]) < tonumber(ARGV[4]) then
   redis.call('SET', KEYS[6], '1', 'PX', ARGV[4])
 end
 return 0
