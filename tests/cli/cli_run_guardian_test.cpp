@@ -116,6 +116,18 @@ class CliRunGuardian : public ::testing::Test {
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
+  // With fencelock stopped, its valid_until() no longer moves. It is at most the server's expiry
+  // of the key (a renewal's TTL counts from its send time, less the drift allowance `drift_ns`);
+  // the expiry is at most PTTL after the reply, within a millisecond of rounding. nullopt when
+  // the key is not held.
+  std::optional<std::int64_t> bound_on_valid_until(const std::string& key, std::int64_t drift_ns) {
+    const std::string pttl = server_->command({"PTTL", fmt::format("fencelock:{{{}}}", key)});
+    const std::int64_t replied_at = monotonic_ns();
+    if (std::stoll(pttl) <= 0) return std::nullopt;
+    const std::int64_t expiry = replied_at + (std::stoll(pttl) + 1) * 1'000'000;
+    return expiry + 1'000'000 - drift_ns;
+  }
+
   std::unique_ptr<RedisServer> server_;
   std::string dir_;
 };
@@ -152,15 +164,11 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
       cli.signal(SIGSTOP);
     }
     ASSERT_TRUE(wait_until([&] { return all_threads_stopped(cli.pid()); }));
-    // Nothing of fencelock runs now, so its valid_until() no longer moves. It is at most the
-    // server's expiry of the key (a renewal's TTL counts from its send time, less the drift
-    // allowance); the expiry is at most PTTL after the reply, within a millisecond of rounding.
+    // Nothing of fencelock runs now: its valid_until() no longer moves.
     const std::int64_t stopped_at = monotonic_ns();
-    const std::string pttl = server_->command({"PTTL", fmt::format("fencelock:{{{}}}", key)});
-    const std::int64_t replied_at = monotonic_ns();
-    ASSERT_GT(std::stoll(pttl), 0) << "the lock is not held";
-    const std::int64_t expiry = replied_at + (std::stoll(pttl) + 1) * 1'000'000;
-    const std::int64_t valid_until_bound = expiry + 1'000'000 - kDriftNs;
+    const std::optional<std::int64_t> bound = bound_on_valid_until(key, kDriftNs);
+    ASSERT_TRUE(bound.has_value()) << "the lock is not held";
+    const std::int64_t valid_until_bound = *bound;
 
     for (pid_t pid : writers) {
       EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s))
@@ -226,11 +234,9 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetWorkThatKeepsMovingToNewPidsWri
     cli.signal(SIGSTOP);
     ASSERT_TRUE(wait_until([&] { return all_threads_stopped(cli.pid()); }));
     const std::int64_t stopped_at = monotonic_ns();
-    const std::string pttl = server_->command({"PTTL", fmt::format("fencelock:{{{}}}", key)});
-    const std::int64_t replied_at = monotonic_ns();
-    ASSERT_GT(std::stoll(pttl), 0) << "the lock is not held";
-    const std::int64_t expiry = replied_at + (std::stoll(pttl) + 1) * 1'000'000;
-    const std::int64_t valid_until_bound = expiry + 1'000'000 - kDriftNs;
+    const std::optional<std::int64_t> bound = bound_on_valid_until(key, kDriftNs);
+    ASSERT_TRUE(bound.has_value()) << "the lock is not held";
+    const std::int64_t valid_until_bound = *bound;
 
     // fencelock is a subreaper and reaps nothing while stopped: every generation stays below it.
     std::vector<pid_t> left;
