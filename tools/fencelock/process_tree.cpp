@@ -245,9 +245,12 @@ std::vector<pid_t> ProcessTree::census(std::vector<pid_t>& zombies, int on_sight
 int ProcessTree::kill_children_of_owner() const {
   if (owner_ <= 0) return 0;
   const std::string tasks = fmt::format("/proc/{}/task", owner_);
+  const auto until = std::chrono::steady_clock::now() + kChildPassesFor;
   std::vector<pid_t> killed;  // sorted
-  for (int pass = 0; pass < kMaxScans; ++pass) {
-    bool fresh = false;
+  // The first pass always; more while one found a child it had not killed, until `until`.
+  for (bool fresh = true, first = true;
+       fresh && (first || std::chrono::steady_clock::now() < until); first = false) {
+    fresh = false;
     DIR* dir = ::opendir(tasks.c_str());
     if (dir == nullptr) break;
     while (const dirent* entry = ::readdir(dir)) {
@@ -271,14 +274,15 @@ int ProcessTree::kill_children_of_owner() const {
           continue;
         }
         at = next;
-        if (pid <= 1 || std::binary_search(killed.begin(), killed.end(), pid)) continue;
+        if (pid <= 1) continue;
+        auto slot = std::lower_bound(killed.begin(), killed.end(), pid);
+        if (slot != killed.end() && *slot == pid) continue;
         ::kill(pid, SIGKILL);
-        killed.insert(std::upper_bound(killed.begin(), killed.end(), pid), pid);
+        killed.insert(slot, pid);
         fresh = true;
       }
     }
     ::closedir(dir);
-    if (!fresh) break;
   }
   return static_cast<int>(killed.size());
 }

@@ -83,13 +83,20 @@ class ProcessTree {
   std::vector<pid_t> signal_settled(int signo, std::vector<pid_t> known_zombies = {}) const;
 
   // SIGKILL to every child of the owner as /proc/OWNER/task/*/children lists them (no scan of
-  // /proc: a few reads however many processes the machine runs), again until a pass lists no
-  // child it had not killed. The children of fencelock, a subreaper, are CMD and the orphans of its
-  // tree, where work that keeps moving to new pids always is: its generations reach the owner as
-  // their parents exit. A child of a stopped owner is not reaped, so its pid is not reused in
-  // between. Returns how many were killed (0 without an owner, or where the kernel has no
-  // children files: CONFIG_PROC_CHILDREN).
+  // /proc: a few reads however many processes the machine runs), then again while a pass lists a
+  // child it had not killed, for at most kChildPassesFor after the first. The children of
+  // fencelock, a subreaper, are CMD and the orphans of its tree, where work that keeps moving to
+  // new pids always is: its generations reach the owner as their parents exit. A child of a
+  // stopped owner is not reaped, so its pid is not reused in between. A child forked by a listed
+  // process before it died reaches the list only then: where a pass takes longer than a
+  // generation lives (a sanitizer build), unbounded passes chased such work for 2.7 s, and even
+  // 5 ms of them made the guardian test fail 1 run in 5 there; signal_settled() finishes the job.
+  // Returns how many were signalled (0 without an owner, or where the kernel has no children
+  // files: CONFIG_PROC_CHILDREN).
   int kill_children_of_owner() const;
+
+  // How long kill_children_of_owner() repeats its passes after the first (0: one pass).
+  static constexpr std::chrono::milliseconds kChildPassesFor{0};
 
   // The most scans members_settled() and signal_settled() make.
   static constexpr int kMaxScans = 1000;
