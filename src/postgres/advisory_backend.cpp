@@ -107,10 +107,10 @@ class AdvisoryBackend final : public Backend {
       holding = it->second;
       held_.erase(it);
     }
-    // The holding session may be busy (a try or health check on it): the release waits for it
-    // ahead of any new statement. Past the deadline the unlock is left with the session, run
-    // when it is next checked in: never forgotten, but not done yet, and the caller is told so
-    // (an OK release leaves the key free for the next acquisition; before, it returned OK).
+    // The holding session may be busy (a try or health check on it). Past the deadline the
+    // unlock is left with the session, run when it is next checked in: never forgotten, but not
+    // done yet, and the caller is told so (an OK release leaves the key free for the next
+    // acquisition; before, it returned OK).
     Clock::time_point until = deadline;
     for (;; until = Clock::now() + options_.io_timeout) {
       Status ready = sessions_.checkout_this(holding.session, until);

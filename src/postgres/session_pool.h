@@ -13,10 +13,9 @@
 // is closed for real (PQfinish, which ends its server backend and every lock it held) and
 // dropped; leases on it are reported lost at once (Session::gone is each one's Grant::gone), not
 // at their next health check.
-// A release waits for the holding session ahead of every new statement (no checkout takes a
-// session a release waits for). One that finds it busy past its deadline does not give up: it
-// leaves the unlock with the session (defer_unlock), and whoever checks the session in next runs
-// it before the session is idle again (checkin() hands the pending unlocks back); that release
+// A release that finds the holding session busy past its deadline does not give up: it leaves
+// the unlock with the session (defer_unlock), and whoever checks the session in next runs it
+// before the session is idle again (checkin() hands the pending unlocks back); that release
 // reports the lock as not yet released.
 //
 // Every session is marked when it opens (SessionSetup::mark: a random value in the custom setting
@@ -51,10 +50,7 @@ struct Session {
   std::string mark;             // its fencelock.session (hex; set once, before it is shared)
   std::set<std::int64_t> held;  // advisory keys this session holds (pool mutex)
   bool busy = false;            // a statement runs on it (pool mutex)
-  // Releases waiting for it (checkout_this): while one waits, no new statement takes the
-  // session, so that a stream of tries on other keys cannot keep the release out (pool mutex).
-  int releasers = 0;
-  bool closed = false;  // its connection broke (pool mutex)
+  bool closed = false;          // its connection broke (pool mutex)
   // Unlocks left by releases that found the session busy: {key, shared} (pool mutex).
   std::vector<std::pair<std::int64_t, bool>> pending_unlocks;
   // Requested when the pool closes the session (after `closed` is set, with no pool lock held):
@@ -77,8 +73,7 @@ class SessionPool {
   // in time; kUnavailable/kUnauthenticated/... when a new connection could not be opened.
   Result<std::shared_ptr<Session>> checkout(Need need, std::int64_t key,
                                             Clock::time_point deadline);
-  // Waits until `session` is idle and marks it busy, ahead of every checkout(). kUnavailable
-  // when it is closed.
+  // Waits until `session` is idle and marks it busy. kUnavailable when it is closed.
   Status checkout_this(const std::shared_ptr<Session>& session, Clock::time_point deadline);
   // Marks it idle again; `broken` closes and drops it. If releases left unlocks with the session
   // (and it is not broken), it stays checked out instead and they are returned: the caller runs

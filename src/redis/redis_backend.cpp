@@ -59,6 +59,7 @@ struct Round1 {
   std::vector<std::uint64_t> counters;  // their counters
   std::vector<long long> ahead_ms;      // how far each counter ran ahead of its server's clock
   std::vector<long long> held_pttl;     // PTTL of the holder, per instance that refused
+  std::vector<std::size_t> refused;     // the instances (indices) that refused
   std::vector<Status> errors;           // per instance that did not answer properly
   // The instances (indices) that answered with an error reply, and what it said.
   std::vector<std::pair<std::size_t, std::string>> error_replies;
@@ -148,12 +149,8 @@ class RedlockBackend final : public Backend {
     // it gives up). An instance that plainly said "held" took nothing, and one the command never
     // reached (its connection was being made) cannot run it late.
     std::vector<bool> release_on(calls.size(), false);
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      const bool refused = calls[i].error.ok() && calls[i].replies[0]->type != REDIS_REPLY_ERROR &&
-                           interpret_acquire_reply(*calls[i].replies[0]).has_value() &&
-                           !interpret_acquire_reply(*calls[i].replies[0])->granted;
-      release_on[i] = calls[i].sent && !refused;
-    }
+    for (std::size_t i = 0; i < calls.size(); ++i) release_on[i] = calls[i].sent;
+    for (std::size_t i : r1.refused) release_on[i] = false;
     if (std::find(release_on.begin(), release_on.end(), true) != release_on.end()) {
       const Status released =
           release_keys(req.key, req.owner, value, Clock::now() + options_.io_timeout,
@@ -417,6 +414,7 @@ class RedlockBackend final : public Backend {
         r.ahead_ms.push_back(answer->ahead_ms);
       } else {
         r.held_pttl.push_back(answer->retry_ms);
+        r.refused.push_back(i);
       }
     }
     return r;

@@ -21,9 +21,11 @@ void OwedReleases::add(const std::string& lock, const std::string& value, int in
   values.push_back({value, instances, until});
   if (values.size() > kPerLock) values.pop_front();
   order_.emplace_back(lock, until);
+  locks_.store(owed_.size(), std::memory_order_release);
 }
 
 std::vector<std::string> OwedReleases::of(const std::string& lock, Clock::time_point now) {
+  if (locks_.load(std::memory_order_acquire) == 0) return {};
   MutexLock hold(mu_);
   auto it = owed_.find(lock);
   if (it == owed_.end()) return {};
@@ -42,6 +44,7 @@ void OwedReleases::settled(const std::string& lock, const std::vector<std::strin
     return std::find(values.begin(), values.end(), v.value) != values.end();
   });
   if (it->second.empty()) owed_.erase(it);
+  locks_.store(owed_.size(), std::memory_order_release);
 }
 
 void OwedReleases::delivered(const std::string& lock, const std::string& value) {
@@ -50,6 +53,7 @@ void OwedReleases::delivered(const std::string& lock, const std::string& value) 
   if (it == owed_.end()) return;
   std::erase_if(it->second, [&](Value& v) { return v.value == value && --v.instances <= 0; });
   if (it->second.empty()) owed_.erase(it);
+  locks_.store(owed_.size(), std::memory_order_release);
 }
 
 ReleaseFinisher::~ReleaseFinisher() {

@@ -16,6 +16,7 @@
 // dropped (those instances' locks expire by their TTL).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -53,6 +54,8 @@ class OwedReleases {
     Clock::time_point until;
   };
   Mutex mu_;
+  // How many locks owe something: of() takes no lock while it is 0 (every acquisition asks).
+  std::atomic<std::size_t> locks_{0};
   std::map<std::string, std::deque<Value>> owed_ FENCELOCK_GUARDED_BY(mu_);
   std::deque<std::pair<std::string, Clock::time_point>> order_ FENCELOCK_GUARDED_BY(mu_);
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -114,6 +115,87 @@ TEST(RedisLateAttempts, WhenTheReleaseTimesOutTooTheMessageSaysTheLockMayStayHel
   // Both still arrive, in the order they were sent: the release deletes what the acquire took.
   ASSERT_TRUE(proxy->wait_answered_late(2, 10s));
   EXPECT_EQ(holding_keys(*server, "late-unreleased"), std::vector<std::string>());
+}
+
+// A Client that takes its lock again while its release of the previous grant is still on the way
+// to an instance (held 3 s by a proxy) and another instance is stopped: the new attempt carries
+// the owed release (acquire.lua releases it first), so that instance grants it and two of three
+// make a majority. Before, that instance refused ("held by another owner on 1 of 3 instances"):
+// a thread re-taking its own lock on a busy machine was refused by its own release.
+TEST(RedlockLateAttempts, TheNextAttemptCarriesAReleaseStillOnItsWay) {
+  auto cluster = RedisCluster::start(3);
+  auto proxy = DelayProxy::start((*cluster)[2].port());
+  // The stopped instance last: a round connects to instances without a connection one after the
+  // other, and a connect to a stopped server takes all the time left.
+  const std::string uri = fmt::format("redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+                                      (*cluster)[0].port(), proxy->port(), (*cluster)[1].port());
+  Client client = connect_or_throw(uri);
+  auto first = client.acquire(key("carried"), {.ttl = 10s});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  proxy->delay(std::string(detail::lua::release_sha1), 3000ms);
+  (*cluster)[1].pause();
+  // Released on one instance of three only: the others owe it (one stopped, one held back).
+  EXPECT_EQ(first->release().code(), Code::kUnavailable);
+  auto again = client.acquire(key("carried"), {.ttl = 10s});
+  (*cluster)[1].resume();
+  EXPECT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_GE(proxy->held(), 1);
+}
+
+// A release that the instance answers with an error reply (BUSY while another client's script
+// runs: the release did not run) is owed like one that got no answer: sent again in the
+// background until it runs. Before, only a missing answer was; the lock stayed held by nobody
+// for its whole TTL.
+TEST(RedisLateAttempts, AReleaseRefusedWithAnErrorReplyIsSentAgainUntilItRuns) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  auto lease = client.acquire(key("refused-release"), {.ttl = 30s});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  ASSERT_EQ(server->command({"CONFIG", "SET", "busy-reply-threshold", "10"}), "OK");
+  std::jthread busy([&] {
+    try {
+      (void)server->command({"EVAL", "while true do end", "0"});
+    } catch (const std::exception&) {
+      // the server killed the script: its connection may answer with an error or close
+    }
+  });
+  bool refusing = false;
+  for (const auto until = std::chrono::steady_clock::now() + 10s;
+       !refusing && std::chrono::steady_clock::now() < until;) {
+    refusing = server->command({"PING"}).starts_with("BUSY");
+  }
+  ASSERT_TRUE(refusing) << "the server never answered BUSY";
+  const Status released = lease->release();
+  EXPECT_FALSE(released.ok()) << "the release ran although the server was busy";
+  (void)server->command({"SCRIPT", "KILL"});
+  busy.join();
+  bool gone = false;
+  for (const auto until = std::chrono::steady_clock::now() + 10s;
+       !gone && std::chrono::steady_clock::now() < until;) {
+    gone = holding_keys(*server, "refused-release").empty();
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "the refused release was never sent again";
+}
+
+// A tombstone lives as long as the longest release that left it: a later release (or an attempt
+// carrying it) with a shorter TTL does not cut it short. Before, each one SET its own PX.
+TEST(RedisLateAttempts, ATombstoneIsNeverShortenedByALaterShorterOne) {
+  auto server = RedisServer::start();
+  const std::string name = "tombstone-life";
+  const std::string value = std::string(32, 'a') + std::string(16, 'b');
+  const std::string tomb = detail::redis::tombstone_key(name, value);
+  auto release = [&](const std::string& life_ms) {
+    return server->command({"EVAL", std::string(detail::lua::release), "6", lock_key(name),
+                            lock_key(name) + ":holder", lock_key(name) + ":queue",
+                            lock_key(name) + ":queue_exp", lock_key(name) + ":queue_wake", tomb,
+                            std::string(32, 'a'), "0", value, life_ms});
+  };
+  ASSERT_EQ(release("120000"), "0");
+  ASSERT_GT(std::stoll(server->command({"PTTL", tomb})), 60'000);
+  ASSERT_EQ(release("60000"), "0");
+  EXPECT_GT(std::stoll(server->command({"PTTL", tomb})), 60'000)
+      << "a release with a shorter TTL cut the tombstone short";
 }
 
 }  // namespace
