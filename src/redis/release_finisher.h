@@ -12,8 +12,9 @@
 //   answers or the tombstone's life has passed (after that a late acquire is not stopped anyway).
 //
 // Thread-safety: every member may be called from any thread. ~ReleaseFinisher stops the thread
-// and tries every job left once more, all together within one per-try bound; what still fails is
-// dropped (those instances' locks expire by their TTL).
+// (waiting for a try in progress) and tries every job left once more, all together within one
+// per-try bound; what still fails is dropped (those instances' locks expire by their TTL). So a
+// Client with releases owed to a silent instance takes up to twice io_timeout to destroy.
 #pragma once
 
 #include <atomic>

@@ -4,6 +4,10 @@
 // closed or reset its side, as a slow network or middlebox would: a command sent on a connection
 // the client gave up on still reaches the server, late (docs/PROTOCOLS.md, "Late attempts").
 //
+// Why not torture's FaultProxy (tools/fencelock/torture/fault_proxy.h): it holds the next chunk
+// of any connection, not a chosen command, and drops what it holds when the client resets its
+// connection, which is exactly when a late command must still arrive here.
+//
 // Thread-safety: every member may be called from any thread; one thread of its own does the
 // forwarding.
 #pragma once
