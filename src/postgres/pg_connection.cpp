@@ -255,7 +255,7 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   if (timed_out) {
     if (cancel) cancel_on_server(cancel.get());  // the statement must not go on after we gave up
     return Status(Code::kDeadlineExceeded,
-                  "PostgreSQL did not answer in time (statement cancelled)");
+                  "PostgreSQL did not answer in time (asked the server to cancel the statement)");
   }
   if (!last) return Status(Code::kInternal, "PostgreSQL returned no result");
   auto st = PQresultStatus(last.get());

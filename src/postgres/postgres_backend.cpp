@@ -32,7 +32,11 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
                       "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
                       "to_regclass('fencelock_tokens') IS NOT NULL AND "
                       "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
-                      "to_regclass('fencelock_advisory_holders') IS NOT NULL",
+                      "to_regclass('fencelock_advisory_holders') IS NOT NULL AND "
+                      // added later (schema.sql): a table made before it gets it
+                      "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+                      "to_regclass('fencelock_leases') AND attname = 'released' "
+                      "AND NOT attisdropped)",
                       {}, Clock::now() + timeout);
     if (!exists.ok()) return exists.status();
     if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
@@ -140,6 +144,14 @@ Result<bool> keeps_sessions(PgPool& pool, Clock::time_point deadline) {
   return kept;
 }
 
+// How long at least a late run of an acquire released with its outcome unknown is refused (the
+// attempt's TTL if longer), as the tombstones of Redis (docs/PROTOCOLS.md, "Late attempts").
+constexpr milliseconds kMinReleasedLife(60'000);
+
+// Runs of lease_acquire.sql that may each find the key's row missing and insert it before a try
+// gives up: one is normal (the key's first grant), more mean someone deletes rows meanwhile.
+constexpr int kPlaceholderRuns = 4;
+
 // Through a pooler that does not keep sessions, lease-mode waiters cannot LISTEN: they try
 // again this often (and at the holder's expiry).
 constexpr milliseconds kPollWithoutListen(200);
@@ -163,22 +175,54 @@ class LeaseBackend final : public Backend {
   TryResult try_acquire(const GrantRequest& req) override {
     Result<ResultPtr> r = Status(Code::kInternal, "not run");
     Clock::time_point validity;
+    int placeholders = 0;  // runs that found no row and inserted one (lease_acquire.sql)
     for (int attempt = 0;; ++attempt) {
       const Clock::time_point sent = Clock::now();
       validity = validity_deadline(sent, req.ttl, options_.drift_factor);
       const Clock::time_point deadline = std::min(sent + options_.io_timeout, validity);
-      r = run(pool_, std::string(sql::lease_acquire),
-              {req.key.str(), req.owner.hex(), std::to_string(req.ttl.count()), req.metadata},
-              deadline);
-      if (r.ok()) break;
-      // Ambiguous (the INSERT may have happened): release by owner id, leave nothing behind.
-      Status freed = release(req.key, req.owner, Clock::now() + options_.io_timeout);
+      // Names this run, so that a late run of it can be refused (release_unknown) without
+      // refusing the runs after it, which carry the same owner id.
+      const std::string run_id = OwnerId::random().hex();
+      r = run(
+          pool_, std::string(sql::lease_acquire),
+          {req.key.str(), req.owner.hex(), std::to_string(req.ttl.count()), req.metadata, run_id},
+          deadline);
+      if (r.ok()) {
+        // Token 0: the key had no row and now has an expired one; the grant, with a token drawn
+        // under that row's lock, is the next run's. A row deleted again each time (an admin
+        // script in a loop) ends the try after a few runs.
+        if (PQgetisnull(r->get(), 0, 0) || to_int(r->get(), 0, 0) != 0) break;
+        if (++placeholders >= kPlaceholderRuns) {
+          return TryResult{Status(Code::kUnavailable,
+                                  "the lease row of this key was deleted again after each of " +
+                                      std::to_string(kPlaceholderRuns) +
+                                      " inserts; is a script deleting fencelock_leases rows?"),
+                           std::nullopt, milliseconds(0)};
+        }
+        --attempt;  // not a failed run
+        continue;
+      }
+      // An error reply rolled the statement back. Anything else (no answer in time, a lost
+      // connection, a cancelled wait) is ambiguous: the statement may have run, or may still run
+      // late: release by owner id and refuse a late run of it (lease_release_unknown.sql).
+      const bool unknown = r.code() == Code::kDeadlineExceeded || r.code() == Code::kUnavailable ||
+                           r.code() == Code::kCancelled;
+      if (!unknown) return TryResult{r.status(), std::nullopt, milliseconds(0)};
+      Status freed = release_unknown(req, run_id, Clock::now() + options_.io_timeout);
       // A connection that died with its server session (a restart) fails once: with what it
       // may have taken released, the try runs again on a fresh connection.
       if (attempt == 0 && r.code() == Code::kUnavailable && freed.ok() && Clock::now() < deadline) {
         continue;
       }
-      return TryResult{r.status(), std::nullopt, milliseconds(0)};
+      return TryResult{
+          Status(r.code(),
+                 r.status().message() +
+                     (freed.ok()
+                          ? "; outcome unknown: this attempt was released, and a late "
+                            "run of it takes nothing"
+                          : "; outcome unknown, and releasing it failed too (" + freed.message() +
+                                "): the key may stay held until its TTL ends")),
+          std::nullopt, milliseconds(0)};
     }
     const PGresult* res = r->get();
     if (!PQgetisnull(res, 0, 0)) {
@@ -239,6 +283,18 @@ class LeaseBackend final : public Backend {
     // for its whole TTL.
     auto r = run(pool_, std::string(sql::lease_release), {key.str(), owner.hex()}, deadline, false,
                  Retry::kOnDeadConnection);
+    return r.status();
+  }
+
+  // Releases an attempt whose acquire run `run_id` may have run or may still run late: frees the
+  // key if the attempt holds it and records the run for max(ttl, kMinReleasedLife), so that a
+  // late execution of it grants nothing.
+  Status release_unknown(const GrantRequest& req, const std::string& run_id,
+                         Clock::time_point deadline) {
+    const auto life = std::max(req.ttl, kMinReleasedLife);
+    auto r = run(pool_, std::string(sql::lease_release_unknown),
+                 {req.key.str(), req.owner.hex(), std::to_string(life.count()), run_id}, deadline,
+                 false, Retry::kOnDeadConnection);
     return r.status();
   }
 

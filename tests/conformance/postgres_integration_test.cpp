@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "fencelock/client.h"
 #include "fencelock/log.h"
 #include "fencelock/migrate.h"
+#include "support/delay_proxy.h"
 #include "support/etcd_cluster.h"  // make_test_certificates()
 #include "support/postgres_server.h"
 
@@ -240,6 +243,157 @@ TEST_F(PostgresLease, ARenewalOfANewGrantDoesNotKeepALostGrantOfTheSameNameAlive
   }
   EXPECT_TRUE(old_grant->is_lost()) << "a grant whose row is gone was renewed by another's row";
   EXPECT_FALSE(new_grant->is_lost());
+}
+
+// Tokens in grant order when a key's row is deleted (an admin's DELETE, the torture admin-delete
+// fault) or expires early (the server's clock stepped forward) while first grants race. A trigger
+// holds the first INSERT of the key (A) between the evaluation of its VALUES and its conflict
+// check, where a gate the test holds keeps it; B is granted meanwhile, then B's row is deleted
+// (or expired) and the gate opens. When the token was drawn in VALUES (before the row existed
+// and was locked), A was granted the token it drew before B's: 2 below B's, after B's grant had
+// completed (failed before lease_acquire.sql inserted an expired placeholder and drew every token
+// under the row's lock).
+struct RacedFirstGrants {
+  std::uint64_t first = 0;   // B: granted while A was held
+  std::uint64_t second = 0;  // A: granted after B's row was deleted or expired
+  std::uint64_t table = 0;   // the holder's token by the table, after both
+};
+
+RacedFirstGrants race_first_grants(PostgresServer& server, const std::string& uri,
+                                   const std::string& name, const std::string& fault) {
+  RacedFirstGrants out;
+  auto a = Client::connect(uri, {.io_timeout = 20s});
+  auto b = Client::connect(uri, {.io_timeout = 20s});
+  if (!a.ok() || !b.ok()) {
+    ADD_FAILURE() << "connect: " << a.status().to_string() << " / " << b.status().to_string();
+    return out;
+  }
+  // The gate: advisory lock (33, 2), held by the test's own session. The trigger holds only the
+  // INSERT whose transaction wins the try-lock (33, 1), i.e. A's (B's try fails while A waits).
+  server.sql(fmt::format(
+      "CREATE OR REPLACE FUNCTION hold_first_insert() RETURNS trigger LANGUAGE plpgsql AS $f$ "
+      "BEGIN IF NEW.name = '{0}' AND pg_try_advisory_xact_lock(33, 1) THEN "
+      "PERFORM pg_advisory_xact_lock_shared(33, 2); END IF; RETURN NEW; END $f$; "
+      "DROP TRIGGER IF EXISTS hold_first_insert ON fencelock_leases; "
+      "CREATE TRIGGER hold_first_insert BEFORE INSERT ON fencelock_leases FOR EACH ROW "
+      "EXECUTE FUNCTION hold_first_insert()",
+      name));
+  PGconn* gate = PQconnectdb(server.uri().c_str());
+  PGresult* locked = PQexec(gate, "SELECT pg_advisory_lock(33, 2)");
+  EXPECT_EQ(PQresultStatus(locked), PGRES_TUPLES_OK) << PQerrorMessage(gate);
+  PQclear(locked);
+  auto held = std::async(std::launch::async,
+                         [&] { return a->acquire(*LockKey::make(name), {.ttl = 30s}); });
+  EXPECT_TRUE(eventually(
+      [&] {
+        return server.sql(
+                   "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                   "classid = 33 AND objid = 2 AND NOT granted") == "1";
+      },
+      20s))
+      << "A's insert never reached the gate";
+  auto granted = b->acquire(*LockKey::make(name), {.ttl = 30s});
+  EXPECT_TRUE(granted.ok()) << "B, while A was held: " << granted.status().to_string();
+  if (fault == "delete") {
+    server.sql(fmt::format("DELETE FROM fencelock_leases WHERE name = '{}'", name));
+  } else {  // the server's clock stepped forward past B's expiry
+    server.sql(
+        fmt::format("UPDATE fencelock_leases SET expires_at = clock_timestamp() - "
+                    "interval '1 second' WHERE name = '{}'",
+                    name));
+  }
+  PGresult* opened = PQexec(gate, "SELECT pg_advisory_unlock(33, 2)");
+  PQclear(opened);
+  PQfinish(gate);
+  auto later = held.get();
+  server.sql("DROP TRIGGER hold_first_insert ON fencelock_leases");
+  EXPECT_TRUE(later.ok()) << "A, after B's row was " << fault
+                          << "d: " << later.status().to_string();
+  if (!granted.ok() || !later.ok()) return out;
+  out.first = granted->token().value();
+  out.second = later->token().value();
+  out.table = std::stoull(
+      server.sql(fmt::format("SELECT token FROM fencelock_leases WHERE name = '{}'", name)));
+  return out;
+}
+
+TEST_F(PostgresLease, TokensFollowGrantOrderWhenARowIsDeletedOrExpiresEarlyDuringAFirstGrant) {
+  ASSERT_TRUE(Client::connect(uri()).ok());  // creates the schema
+  for (const std::string fault : {"delete", "expire"}) {
+    const RacedFirstGrants raced = race_first_grants(*server_, uri(), "raced-" + fault, fault);
+    EXPECT_GT(raced.second, raced.first)
+        << fault << ": a grant completed after another got a smaller token";
+    EXPECT_EQ(raced.table, raced.second) << fault << ": the table names another holder";
+  }
+}
+
+// A key whose row is deleted right after each insert (here a trigger; in life a cleanup script
+// in a loop) ends the try after a few inserts with an error that says so, instead of inserting
+// rows until the call's deadline or forever.
+TEST_F(PostgresLease, ARowDeletedAfterEveryInsertEndsTheTryWithAnErrorThatSaysSo) {
+  auto client = Client::connect(uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  server_->sql(
+      "CREATE FUNCTION delete_new_row() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN "
+      "DELETE FROM fencelock_leases WHERE name = NEW.name; RETURN NULL; END $f$; "
+      "CREATE TRIGGER delete_new_row AFTER INSERT ON fencelock_leases FOR EACH ROW "
+      "WHEN (NEW.name = 'deleted-always') EXECUTE FUNCTION delete_new_row()");
+  auto refused = client->acquire(key("deleted-always"), {.ttl = 5s});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), Code::kUnavailable) << refused.status().to_string();
+  EXPECT_NE(refused.status().message().find("deleted again"), std::string::npos)
+      << refused.status().to_string();
+  EXPECT_EQ(server_->sql("SELECT count(*) FROM fencelock_leases WHERE name = 'deleted-always'"),
+            "0");
+  server_->sql("DROP TRIGGER delete_new_row ON fencelock_leases");
+  auto granted = client->acquire(key("deleted-always"), {.ttl = 5s});
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
+}
+
+// A late acquire: the proxy holds the acquire statement past the Client's io_timeout, the Client
+// gives up and releases the attempt, and only then does the statement reach the server and run.
+// Before, it granted the key to an attempt nobody tracked (an orphan held for the whole TTL:
+// the next acquisition was refused); now the release recorded the run and the late run takes
+// nothing, whether the key's row existed (a takeover) or not (a first grant).
+TEST_F(PostgresLease, AnAcquireThatRunsAfterItsAttemptWasReleasedTakesNothing) {
+  auto proxy = DelayProxy::start(server_->port());
+  const PostgresServerOptions& o = server_->options();
+  auto slow = Client::connect(fmt::format("postgres://{}:{}@127.0.0.1:{}/{}?mode=lease", o.user,
+                                          o.password, proxy->port(), o.database),
+                              {.io_timeout = 300ms});
+  auto direct = Client::connect(uri());
+  ASSERT_TRUE(slow.ok()) << slow.status().to_string();
+  ASSERT_TRUE(direct.ok()) << direct.status().to_string();
+  ASSERT_TRUE(direct->acquire(key("late-takeover"), {.ttl = 5s})->release().ok());  // a row
+  // The text of lease_acquire.sql only (lease_release_unknown.sql goes on after NULL).
+  proxy->delay("VALUES ($1, '', 0, 'epoch', NULL)\n", 1500ms);
+  int late = 0;
+  for (const std::string name : {"late-takeover", "late-first"}) {
+    auto given_up = slow->acquire(key(name), {.ttl = 30s});
+    ASSERT_FALSE(given_up.ok()) << name << ": the proxy did not hold the acquire";
+    EXPECT_NE(given_up.status().message().find("outcome unknown: this attempt was released"),
+              std::string::npos)
+        << given_up.status().to_string();
+    ASSERT_TRUE(proxy->wait_answered_late(++late, 20s)) << name << ": never ran late";
+    auto next = direct->acquire(key(name), {.ttl = 5s});
+    EXPECT_TRUE(next.ok()) << name
+                           << ": a late acquire left the key held: " << next.status().to_string();
+  }
+}
+
+// A lease table made by a version before `released` (lease_release_unknown.sql) gets the column
+// from the next Client that may alter it, and works on.
+TEST_F(PostgresLease, ATableOfAnOlderVersionGetsTheReleasedColumnAtConnect) {
+  ASSERT_TRUE(Client::connect(uri()).ok());  // creates the schema
+  server_->sql("ALTER TABLE fencelock_leases DROP COLUMN released");
+  auto client = Client::connect(uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  EXPECT_EQ(server_->sql("SELECT count(*) FROM pg_attribute WHERE attrelid = "
+                         "'fencelock_leases'::regclass AND attname = 'released' AND "
+                         "NOT attisdropped"),
+            "1");
+  auto lease = client->acquire(key("upgraded"), {.ttl = 5s});
+  EXPECT_TRUE(lease.ok()) << lease.status().to_string();
 }
 
 // A token sequence with CACHE > 1 would give tokens out of grant order across sessions.
