@@ -1,6 +1,7 @@
 #include "postgres_baseline.h"
 
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,10 @@ PostgresBaseline::PostgresBaseline(const std::string& conninfo, bool advisory)
     PQfinish(conn_);
     throw std::runtime_error("baseline cannot connect to PostgreSQL: " + why);
   }
+  // advisory_try.sql tries only in a session with this mark (session_pool.h): fencelock's own
+  // sessions carry a random one; the baseline's is fixed.
+  PGresult* r = PQexec(conn_, "SELECT set_config('fencelock.session', 'baseline', false)");
+  PQclear(r);
 }
 
 PostgresBaseline::~PostgresBaseline() { PQfinish(conn_); }
@@ -26,8 +31,8 @@ bool PostgresBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
   if (advisory_) {
     std::string k = std::to_string(detail::postgres::advisory_key(key));
-    const char* try_params[] = {k.c_str(), key.c_str(), owner.c_str(), "10000", "{}"};
-    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 5, nullptr,
+    const char* try_params[] = {k.c_str(), key.c_str(), owner.c_str(), "10000", "{}", "baseline"};
+    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 6, nullptr,
                                try_params, nullptr, nullptr, 0);
     bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
     PQclear(r);
@@ -37,11 +42,20 @@ bool PostgresBaseline::cycle(const std::string& key) {
     PQclear(r);
     return granted;
   }
-  const char* acquire_params[] = {key.c_str(), owner.c_str(), "10000", "{}"};
-  PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 4, nullptr,
-                             acquire_params, nullptr, nullptr, 0);
-  bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
-  PQclear(r);
+  // The owner id is fresh per cycle, so it serves as the run id too. The key's row exists after
+  // the first cycle (a first run inserts it and grants nothing: token 0, run again).
+  const char* acquire_params[] = {key.c_str(), owner.c_str(), "10000", "{}", owner.c_str()};
+  bool granted = false;
+  for (int run = 0; run < 2 && !granted; ++run) {
+    PGresult* r = PQexecParams(conn_, std::string(sql::lease_acquire).c_str(), 5, nullptr,
+                               acquire_params, nullptr, nullptr, 0);
+    const bool answered = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
+    const bool placeholder = answered && std::string_view(PQgetvalue(r, 0, 0)) == "0";
+    granted = answered && !placeholder;
+    PQclear(r);
+    if (!placeholder) break;
+  }
+  PGresult* r;
   const char* release_params[] = {key.c_str(), owner.c_str()};
   r = PQexecParams(conn_, std::string(sql::lease_release).c_str(), 2, nullptr, release_params,
                    nullptr, nullptr, 0);

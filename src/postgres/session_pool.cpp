@@ -6,7 +6,7 @@
 namespace fencelock::detail::postgres {
 
 bool SessionPool::suitable(const Session& s, Need need, std::int64_t key) const {
-  if (s.busy || s.closed) return false;
+  if (s.busy || s.closed || s.releasers > 0) return false;
   switch (need) {
     case Need::kAny:
       return true;
@@ -69,14 +69,22 @@ Result<std::shared_ptr<Session>> SessionPool::checkout(Need need, std::int64_t k
 Status SessionPool::checkout_this(const std::shared_ptr<Session>& session,
                                   Clock::time_point deadline) {
   MutexLock lock(mu_);
+  session->releasers++;
   bool idle =
       changed_.wait_until(lock, deadline, [&] { return session->closed || !session->busy; });
+  session->releasers--;
+  if (session->releasers == 0) changed_.notify_all();  // checkout() may take it again
   if (session->closed)
     return Status(Code::kUnavailable, "the PostgreSQL session holding the lock is gone");
   if (!idle)
     return Status(Code::kDeadlineExceeded, "the PostgreSQL session holding the lock stayed busy");
   session->busy = true;
   return Status::Ok();
+}
+
+int SessionPool::releasers_waiting(const std::shared_ptr<Session>& session) {
+  MutexLock lock(mu_);
+  return session->releasers;
 }
 
 std::vector<std::pair<std::int64_t, bool>> SessionPool::checkin(
