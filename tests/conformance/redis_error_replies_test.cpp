@@ -16,6 +16,7 @@
 #include "fencelock/log.h"
 #include "redis/redis_keys.h"
 #include "redis/subscriber.h"
+#include "support/process.h"
 #include "support/redis_server.h"
 #include "torture/fault_proxy.h"
 
@@ -214,6 +215,26 @@ TEST(RedisErrorReplies, AnInspectionRefusedByTheServerIsAnErrorNotFree) {
   auto listed = viewer.list("");
   EXPECT_EQ(listed.code(), Code::kPermissionDenied)
       << (listed.ok() ? std::to_string(listed->size()) + " held" : listed.status().to_string());
+}
+
+// A lock key that someone replaced with another type (a hash here) is lost alone: the renewal of
+// the other leases in the same batch goes on. Before, GET answered WRONGTYPE for the whole
+// script call, and every lease of the batch (up to renew_batch) got no vote and was lost.
+TEST(RedisErrorReplies, ALockKeyOfAnotherTypeLosesItsLeaseAloneNotItsBatch) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  auto replaced = client.acquire(key("typed-replaced"), {.ttl = 1500ms});
+  auto kept = client.acquire(key("typed-kept"), {.ttl = 1500ms});
+  ASSERT_TRUE(replaced.ok() && kept.ok());
+  const std::string lock = lock_key("typed-replaced");
+  ASSERT_EQ(server->command({"DEL", lock}), "1");
+  ASSERT_EQ(server->command({"HSET", lock, "field", "value"}), "1");
+  const Clock::time_point first_validity = kept->valid_until();
+  EXPECT_TRUE(eventually([&] { return replaced->is_lost(); }, 10s))
+      << "a lease whose key became a hash was not found lost";
+  EXPECT_TRUE(eventually(
+      [&] { return kept->is_lost() || kept->valid_until() > first_validity + 1s; }, 10s));
+  EXPECT_FALSE(kept->is_lost()) << "the other lease of the batch was lost with it";
 }
 
 // Names starting with '}' or '{' get a hash tag of their own (redis_keys.h) and work like any.
