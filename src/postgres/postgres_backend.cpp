@@ -23,20 +23,16 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
   return PQgetisnull(r, row, col) ? 0 : std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
 }
 
-// Creates the schema unless it exists. A concurrent creator can make CREATE ... IF NOT EXISTS
-// fail with a unique violation on the catalog: one retry settles it.
-Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout) {
+// Creates the tables and sequences unless they exist. A concurrent creator can make CREATE ... IF
+// NOT EXISTS fail with a unique violation on the catalog: one retry settles it.
+Result<std::vector<std::string>> ensure_tables(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto exists = run(pool,
                       "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
                       "to_regclass('fencelock_tokens') IS NOT NULL AND "
                       "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
-                      "to_regclass('fencelock_advisory_holders') IS NOT NULL AND "
-                      // added later (schema.sql): a table made before it gets it
-                      "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
-                      "to_regclass('fencelock_leases') AND attname = 'released' "
-                      "AND NOT attisdropped)",
+                      "to_regclass('fencelock_advisory_holders') IS NOT NULL",
                       {}, Clock::now() + timeout);
     if (!exists.ok()) return exists.status();
     if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
@@ -54,6 +50,45 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
     }
     if (attempt == 1) return created.status();
   }
+  return ran;
+}
+
+// The column lease mode's late-attempt refusals need (lease_release_unknown.sql), missing from
+// lease tables made by versions before it.
+constexpr std::string_view kAddReleased =
+    "ALTER TABLE fencelock_leases ADD COLUMN IF NOT EXISTS released jsonb";
+
+// Adds `released` to a lease table that lacks it. Only lease mode and migrate need it: advisory
+// mode never reads the lease table, and connects whatever its columns.
+Result<std::vector<std::string>> ensure_released_column(PgPool& pool, milliseconds timeout) {
+  std::vector<std::string> ran;
+  auto has = run(pool,
+                 "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+                 "to_regclass('fencelock_leases') AND attname = 'released' AND NOT attisdropped)",
+                 {}, Clock::now() + timeout);
+  if (!has.ok()) return has.status();
+  if (std::string_view(PQgetvalue(has->get(), 0, 0)) == "t") return ran;
+  auto added = run(pool, std::string(kAddReleased), {}, Clock::now() + timeout);
+  if (added.code() == Code::kPermissionDenied) {
+    return Status(Code::kPermissionDenied,
+                  "table fencelock_leases lacks the column \"released\" that this version of "
+                  "fencelock needs (an older version made the table), and this role may not add "
+                  "it: ask the table's owner to run `fencelock migrate --backend URI` once (or `" +
+                      std::string(kAddReleased) + "`)");
+  }
+  if (!added.ok()) return added.status();
+  ran.emplace_back(kAddReleased);
+  return ran;
+}
+
+// Creates the schema unless it exists, and for lease mode the `released` column.
+Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout,
+                                               bool lease_mode) {
+  auto ran = ensure_tables(pool, timeout);
+  if (!ran.ok() || !lease_mode) return ran;
+  auto added = ensure_released_column(pool, timeout);
+  if (!added.ok()) return added.status();
+  ran->insert(ran->end(), added->begin(), added->end());
   return ran;
 }
 
@@ -394,7 +429,8 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
                 "try again every {} ms, and fencelock cannot pin session settings",
                 split->description, postgres::kPollWithoutListen.count());
   }
-  auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout);
+  auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout,
+                                        split->mode == "lease");
   if (!schema.ok()) return schema.status();
   if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
     return cached;
@@ -449,7 +485,7 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
                               PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2),
                               PQgetvalue(r, 0, 3)));
   }
-  auto ran = postgres::ensure_schema(pool, timeout);
+  auto ran = postgres::ensure_schema(pool, timeout, /*lease_mode=*/true);
   if (!ran.ok()) return ran.status();
   // The fence (PostgresFence) too, so that one migrate sets up everything, and upgrades a fence
   // of an older version (the COMMENT that fence_schema.sql sets): the file keeps every record.

@@ -487,6 +487,30 @@ TEST_F(PostgresLease, MissingDdlRightsPointToMigrateWhichCreatesTheSchemaOnce) {
   auto allowed = Client::connect(limited);
   ASSERT_TRUE(allowed.ok()) << allowed.status().to_string();
   EXPECT_TRUE(allowed->acquire(key("limited"), {.ttl = 5s}).ok());
+
+  // A lease table of an older version (no `released` column): a role that may not alter it is
+  // refused in lease mode with what to do (the table's owner runs migrate), and advisory mode,
+  // which does not use the lease table, connects; migrate adds the column once.
+  server_->sql("ALTER TABLE fencelock_leases DROP COLUMN released");
+  server_->sql("GRANT SELECT, UPDATE ON fencelock_advisory_holders TO limited");
+  auto old_table = Client::connect(limited);
+  ASSERT_EQ(old_table.code(), Code::kPermissionDenied) << old_table.status().to_string();
+  EXPECT_NE(old_table.status().message().find("lacks the column \"released\""), std::string::npos)
+      << old_table.status().to_string();
+  EXPECT_NE(old_table.status().message().find("fencelock migrate"), std::string::npos);
+  auto advisory =
+      Client::connect(base_uri(*server_, "limited", "limited-pw")
+                          .substr(0, base_uri(*server_, "limited", "limited-pw").find('?')) +
+                      "?mode=advisory");
+  EXPECT_TRUE(advisory.ok()) << "advisory mode needs no lease-table column: "
+                             << advisory.status().to_string();
+  auto upgraded = migrate(uri());
+  ASSERT_TRUE(upgraded.ok()) << upgraded.status().to_string();
+  ASSERT_EQ(upgraded->size(), 1u);
+  EXPECT_NE(upgraded->front().find("ADD COLUMN IF NOT EXISTS released"), std::string::npos);
+  auto after = Client::connect(limited);
+  ASSERT_TRUE(after.ok()) << after.status().to_string();
+  EXPECT_TRUE(after->acquire(key("limited-after-upgrade"), {.ttl = 5s}).ok());
 }
 
 // CREATE ... IF NOT EXISTS accepts an object someone else made first, whose owner could then

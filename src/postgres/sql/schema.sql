@@ -10,10 +10,10 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
   released   jsonb
 )
 ;
--- Ids of acquire runs (lease_acquire.sql) released while their outcome was unknown, each with the
--- server time (epoch ms) until which a late execution of that run grants nothing.
--- Added to tables made before it; the schema check of a connecting client looks for it.
-ALTER TABLE fencelock_leases ADD COLUMN IF NOT EXISTS released jsonb;
+-- `released`: ids of acquire runs (lease_acquire.sql) released while their outcome was unknown,
+-- each with the server time (epoch ms) until which a late execution of that run grants nothing.
+-- A table made before it gets it from a lease-mode Client or `fencelock migrate`
+-- (postgres_backend.cpp, kAddReleased).
 -- Advisory mode: tokens, and who holds which advisory key (for inspect/list; a row counts only
 -- while pg_locks shows its session holding the key, so rows of dead sessions are harmless).
 CREATE SEQUENCE IF NOT EXISTS fencelock_advisory_tokens;
