@@ -155,6 +155,9 @@ class Backend {
   virtual milliseconds min_ttl() const = 0;
   // Whether AcquireOptions::shared (reader locks) is available.
   virtual bool supports_shared() const { return false; }
+  // Whether this backend can store a lock name (or a list prefix): kInvalidArgument saying why
+  // not, before anything is sent. Default: every LockKey.
+  virtual Status check_name(std::string_view) const { return Status::Ok(); }
 
   // One attempt to take the lock. Never leaves a partial grant behind: on any failure the
   // backend has already released (by owner id) whatever it took.

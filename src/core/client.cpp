@@ -118,6 +118,7 @@ Result<Lease> Client::acquire(const LockKey& key, const AcquireOptions& options)
 }
 
 Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
+  if (Status st = core_->backend().check_name(key.str()); !st.ok()) return st;
   auto row = core_->backend().inspect(key);
   if (!row.ok()) return row.status();
   if (!row->has_value()) return std::optional<HolderInfo>();
@@ -132,6 +133,7 @@ Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
   if (prefix.find('\0') != std::string_view::npos) {
     return Status(Code::kInvalidArgument, "a list prefix must not contain a NUL byte");
   }
+  if (Status st = core_->backend().check_name(prefix); !st.ok()) return st;
   auto rows = core_->backend().list(prefix);
   if (!rows.ok()) return rows.status();
   return detail::holders_of(std::move(*rows));

@@ -86,6 +86,7 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey
                                                                    const AcquireOptions& options,
                                                                    bool campaign, bool& contended) {
   if (Status st = validate(options); !st.ok()) return st;
+  if (Status st = backend_->check_name(key.str()); !st.ok()) return st;
   if (!campaign && !options.metadata.empty()) {
     // One rule on every backend (a campaign's value is stored verbatim instead).
     if (Status st = validate_holder_metadata(options.metadata); !st.ok()) return st;

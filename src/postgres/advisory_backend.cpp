@@ -37,6 +37,7 @@ class AdvisoryBackend final : public Backend {
   // The TTL only paces health checks here; below a second they would be mostly round trips.
   milliseconds min_ttl() const override { return milliseconds(1000); }
   bool supports_shared() const override { return true; }
+  Status check_name(std::string_view name) const override { return postgres::check_name(name); }
 
   Result<Grant> acquire(const AcquireCall& call) override {
     const std::int64_t key = advisory_key(call.key.str());

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mutex.h"
+#include "core/utf8.h"
 #include "postgres_sql.h"
 
 namespace fencelock::detail::postgres {
@@ -337,6 +338,15 @@ void PgPool::checkin(ConnPtr c, bool healthy) {
     idle_.clear();
   }
   returned_.notify_one();
+}
+
+Status check_name(std::string_view name) {
+  const std::size_t bad = first_invalid_utf8(name);
+  if (bad == std::string_view::npos) return Status::Ok();
+  return Status(Code::kInvalidArgument,
+                fmt::format("PostgreSQL lock names are text and must be valid UTF-8; byte {} "
+                            "(0x{:02x}) is not",
+                            bad, static_cast<unsigned char>(name[bad])));
 }
 
 Result<ResultPtr> run(PgPool& pool, const std::string& sql, const std::vector<std::string>& params,

@@ -131,6 +131,11 @@ enum class Retry {
   kOnDeadConnection,
 };
 
+// Lock names and list prefixes are PostgreSQL `text`: valid UTF-8 only. kInvalidArgument naming
+// the first byte that is not, before anything is sent (the server's refusal read as an internal
+// error, and a SQL_ASCII database stored such a name but could not match it again on renewal).
+Status check_name(std::string_view name);
+
 // Runs a statement on a pooled connection (checkout, execute, checkin).
 Result<ResultPtr> run(PgPool& pool, const std::string& sql, const std::vector<std::string>& params,
                       Clock::time_point deadline, bool multi = false, Retry retry = Retry::kNever);

@@ -206,6 +206,7 @@ class LeaseBackend final : public Backend {
   // Lease mode keeps time on the server with millisecond resolution over a network: a TTL
   // under a second would be mostly round trips.
   milliseconds min_ttl() const override { return milliseconds(1000); }
+  Status check_name(std::string_view name) const override { return postgres::check_name(name); }
 
   TryResult try_acquire(const GrantRequest& req) override {
     Result<ResultPtr> r = Status(Code::kInternal, "not run");
