@@ -126,9 +126,14 @@ class AdvisoryBackend final : public Backend {
       }
     }
     const bool unlocked = unlock_grant(holding.session, holding.key, holding.shared, until);
-    // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it.
+    // A failed unlock leaves the lock on a session nobody tracks: close it, which frees it, but
+    // only once the server ends that session (a stopped or cut-off server keeps it): not OK.
     finish(holding.session, !unlocked);
-    return Status::Ok();
+    if (unlocked) return Status::Ok();
+    return Status(Code::kDeadlineExceeded,
+                  "the unlock got no answer in time; its PostgreSQL session was closed, which "
+                  "frees the lock when the server ends that session: at once if the server is "
+                  "answering, else when its TCP keepalives give up (about 11 s by default)");
   }
 
   Result<std::optional<HolderRow>> inspect(const LockKey& key) override {

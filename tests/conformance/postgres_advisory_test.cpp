@@ -397,6 +397,36 @@ TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
                           << after.status().to_string();
 }
 
+// A release whose unlock gets no answer (the holding backend is stopped) closes the session but
+// does not say OK: the server frees the lock only when it ends that session. Before, it returned
+// OK while the stopped backend kept the lock, and the next acquisition was refused.
+TEST_F(PostgresAdvisory, AReleaseWhoseUnlockGetsNoAnswerIsNotOk) {
+  Client client = connect("&pool=1", {.io_timeout = 500ms});
+  Client third = connect();
+  auto held = client.acquire(key("unlock-unanswered"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  const std::int64_t k = detail::postgres::advisory_key("unlock-unanswered");
+  const std::string pid_text = server_->sql(
+      "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = (" +
+      std::to_string(k) + "::bigint & 4294967295)::oid");
+  ASSERT_FALSE(pid_text.empty());
+  const auto pid = static_cast<pid_t>(std::stol(pid_text));
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  const Status released = held->release();
+  EXPECT_EQ(released.code(), Code::kDeadlineExceeded) << released.to_string();
+  EXPECT_NE(released.message().find("session was closed"), std::string::npos)
+      << released.to_string();
+  auto meanwhile = third.acquire(key("unlock-unanswered"), {.ttl = 5s});
+  EXPECT_EQ(meanwhile.code(), Code::kLocked) << "the stopped backend no longer held the lock?";
+  ::kill(pid, SIGCONT);  // it finds its connection closed and ends, freeing the lock
+  auto after = third.acquire(key("unlock-unanswered"), {.ttl = 5s, .wait = 10s});
+  EXPECT_TRUE(after.ok()) << after.status().to_string();
+}
+
 // A release that finds the holding session busy past its deadline (the destructor's
 // release_timeout is short; a try runs on the same session) must still unlock. Before, the
 // bookkeeping was erased and the lock stayed held by the pooled session for good.
