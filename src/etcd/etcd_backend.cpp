@@ -722,6 +722,20 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         return std::optional<pb::KeyValue>(*kv);
       if (!page.more() || page.kvs().empty()) return std::optional<pb::KeyValue>();
       std::int64_t last = page.kvs(page.kvs_size() - 1).create_revision();
+      // etcd cuts the sorted range at the limit, so keys that share the page's last create
+      // revision (one Txn that created several keys under NAME/) can lie past the cut: read
+      // all of that revision before moving past it, or such a key of the lock is skipped.
+      pb::RangeRequest tie = request;
+      tie.set_limit(0);
+      tie.set_min_create_revision(last);
+      tie.set_max_create_revision(last);
+      pb::RangeResponse tied;
+      status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        return s.kv->Range(&c, tie, &tied);
+      });
+      if (!status.ok()) return to_status(status, "range");
+      if (const pb::KeyValue* kv = first_of_lock(tied, name))
+        return std::optional<pb::KeyValue>(*kv);
       if (descending) {
         request.set_max_create_revision(last - 1);
       } else {
@@ -768,7 +782,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       std::int64_t ignored = 0;
       auto first = first_key(held.name, false, 0, held.revision, &ignored);
       if (!first.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, first.status().message());
-      *holder_revision = first->has_value() ? (*first)->create_revision() : held.revision;
+      // Our key is in that snapshot, so something is found; were nothing found, that is no
+      // grant (0: never our revision).
+      *holder_revision = first->has_value() ? (*first)->create_revision() : 0;
       return grpc::Status::OK;
     }
   }

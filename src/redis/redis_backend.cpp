@@ -11,6 +11,7 @@
 #include "core/log_internal.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
+#include "core/wait_loop.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
 #include "redis/release_finisher.h"
@@ -334,6 +335,13 @@ class RedlockBackend final : public Backend {
       // Client on the same lock carries it too.
       if (!st.ok() && !value.empty() && tombstone.count() > 0) {
         owing.push_back(call.instance);
+      }
+      // A waiter that gives up leaves the queue everywhere: an instance that did not run the
+      // leave keeps its place (for nobody) until the place expires, and every waiter behind it
+      // waits for that. The finisher sends it again while the place could last.
+      if (!st.ok() && leave_queue && value.empty()) {
+        finisher_.finish(call.instance, k, value, cmd, Clock::now() + kQueueHold,
+                         options_.io_timeout);
       }
     }
     if (!owing.empty()) {

@@ -10,6 +10,8 @@
 // - ReleaseFinisher delivers each owed release in the background, on one thread of its own: all
 //   that is due for an instance in one pipeline, again with a growing pause until the instance
 //   answers or the tombstone's life has passed (after that a late acquire is not stopped anyway).
+//   It also delivers a waiter's leave of the wait queue that an instance did not run, while the
+//   place could last (kQueueHold).
 //
 // Thread-safety: every member may be called from any thread. ~ReleaseFinisher stops the thread
 // (waiting for a try in progress) and tries every job left once more, all together within one

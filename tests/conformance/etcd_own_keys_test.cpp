@@ -119,5 +119,24 @@ TEST_F(EtcdOwnKeys, AKeyWhoseReleaseFailedIsGoneWithinItsTtlWhileOtherLocksKeepT
   EXPECT_TRUE(next->release().ok());
 }
 
+// A key of the lock created in one Txn together with other keys under NAME/ (here eight keys
+// of the nested lock NAME/0, which sort before it) shares their create revision. etcd cuts a
+// sorted page at its limit (8), and the next page started after that revision: the lock's key
+// was never read, so the lock was granted beside it and inspected as free.
+TEST_F(EtcdOwnKeys, AKeyOfTheLockCreatedInOneTxnWithOthersIsSeenPastAPageCut) {
+  std::string ops;
+  for (int i = 1; i <= 8; ++i) ops += "put tied/0/" + std::to_string(i) + " nested\n";
+  ops += "put tied/1f held-by-another-program\n";
+  cluster_->etcdctl({"txn"}, "\n" + ops + "\n\n");
+  ASSERT_EQ(cluster_->etcdctl({"get", "tied/1f", "--print-value-only"}),
+            "held-by-another-program\n");
+  Client client = connect(cluster_->uri());
+  auto refused = client.acquire(*LockKey::make("tied"), {.ttl = 5s});
+  EXPECT_EQ(refused.code(), Code::kLocked) << refused.status().to_string();
+  auto holder = client.inspect(*LockKey::make("tied"));
+  ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  EXPECT_TRUE(holder->has_value()) << "the lock's first key was not seen";
+}
+
 }  // namespace
 }  // namespace fencelock::testing

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "redis/redis_keys.h"
 #include "redis_scripts.h"
 #include "support/delay_proxy.h"
+#include "support/process.h"
 #include "support/redis_server.h"
 
 namespace fencelock::testing {
@@ -196,6 +199,61 @@ TEST(RedisLateAttempts, ATombstoneIsNeverShortenedByALaterShorterOne) {
   ASSERT_EQ(release("60000"), "0");
   EXPECT_GT(std::stoll(server->command({"PTTL", tomb})), 60'000)
       << "a release with a shorter TTL cut the tombstone short";
+}
+
+// The server's clock in ms (TIME), to compare with the queue's expiry scores.
+long long server_ms(RedisServer& server) {
+  return std::stoll(server.command(
+      {"EVAL", "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)", "0"}));
+}
+
+// A waiting acquisition that gives up leaves the wait queue of every instance, also of one that
+// refused the leave at that moment (BUSY with another client's script): the leave is sent again
+// until it runs. Before, that instance kept the place, for nobody, until it expired (up to 5 s;
+// the queue's keys lived twice that), and every later waiter there queued behind it.
+TEST(RedlockLateAttempts, AWaiterThatGivesUpLeavesTheQueueOfAnInstanceThatRefusedTheLeave) {
+  auto cluster = RedisCluster::start(3);
+  const std::string uri =
+      fmt::format("redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}", (*cluster)[0].port(),
+                  (*cluster)[1].port(), (*cluster)[2].port());
+  Client holder = connect_or_throw(uri);
+  auto held = holder.acquire(key("queued"), {.ttl = 30s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  Client waiter = connect_or_throw(uri, {.io_timeout = 300ms});
+  std::stop_source stop;
+  std::optional<Result<Lease>> waited;
+  std::jthread waiting([&] {
+    waited.emplace(
+        waiter.acquire(key("queued"), {.ttl = 30s, .wait = 60s, .stop = stop.get_token()}));
+  });
+  const std::string queue = detail::redis::queue_key("queued");
+  ASSERT_TRUE(eventually([&] {
+    for (int i = 0; i < 3; ++i) {
+      if ((*cluster)[i].command({"ZCARD", queue}) != "1") return false;
+    }
+    return true;
+  })) << "the waiter never queued on every instance";
+  RedisServer& busy_one = (*cluster)[2];
+  ASSERT_EQ(busy_one.command({"CONFIG", "SET", "busy-reply-threshold", "10"}), "OK");
+  std::jthread busy([&] {
+    try {
+      (void)busy_one.command({"EVAL", "while true do end", "0"});
+    } catch (const std::exception&) {
+      // the server killed the script: its connection may answer with an error or close
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return busy_one.command({"PING"}).starts_with("BUSY"); }, 10s))
+      << "the server never answered BUSY";
+  // The place there ends at most 5 s (the queue hold) from now: no refresh can run there.
+  const long long place_ends = server_ms((*cluster)[0]) + 5000;
+  stop.request_stop();
+  waiting.join();
+  ASSERT_TRUE(waited.has_value());
+  EXPECT_EQ(waited->code(), Code::kCancelled) << waited->status().to_string();
+  (void)busy_one.command({"SCRIPT", "KILL"});
+  busy.join();
+  ASSERT_TRUE(eventually([&] { return busy_one.command({"ZCARD", queue}) == "0"; }, 20s));
+  EXPECT_LT(server_ms(busy_one), place_ends) << "the place was left only when it expired";
 }
 
 }  // namespace

@@ -396,9 +396,9 @@ int EtcdCluster::leader() {
                   members_log_tails()));
 }
 
-std::string EtcdCluster::etcdctl(const std::vector<std::string>& args) {
+std::string EtcdCluster::etcdctl(const std::vector<std::string>& args, std::string_view input) {
   RunResult result =
-      run_command(etcdctl_argv(endpoints(), args), kEtcdctlEnvironment, "", kEtcdctlTimeout);
+      run_command(etcdctl_argv(endpoints(), args), kEtcdctlEnvironment, input, kEtcdctlTimeout);
   if (result.exit_code != 0) {
     std::string joined;
     for (const auto& arg : args) joined += " " + arg;

@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/process.h"
@@ -99,8 +100,8 @@ class EtcdCluster {
 
   // Runs `etcdctl --endpoints=<endpoints()> ARGS...` with ETCDCTL_API=3 (and --user root:... once
   // enable_auth() ran), at most 30 s. Returns its stdout; throws std::runtime_error with the exit
-  // code and stderr if it fails.
-  std::string etcdctl(const std::vector<std::string>& args);
+  // code and stderr if it fails. `input` goes to its stdin (`etcdctl txn` reads its Txn there).
+  std::string etcdctl(const std::vector<std::string>& args, std::string_view input = "");
 
   // Turns on authentication: creates user `root` (with role root and a password only this object
   // knows) and user `user` with `password` and a role `user` granting readwrite on every key, then
