@@ -89,8 +89,16 @@
  *  - ADMIN_DELETES: the same acquisitions, one own key deleted by someone else.
  *  - LATE_REQUESTS: the same acquisitions, one write applied at a later moment.
  *  - TWO_THREADS: threads 0, 1 (one session) and 2 once each, no faults: the slot.
+ *  - ADMIN_DELETES and LATE_REQUESTS together: the same acquisitions, one own key deleted by
+ *    someone else and one write applied at a later moment, in the same run.
  * Every configuration has the writes without answers and the client crashes. */
-#if defined(ADMIN_DELETES)
+#if defined(ADMIN_DELETES) && defined(LATE_REQUESTS)
+#define ACQ0 2
+#define ACQ1 0
+#define DEATHS 0
+#define ADMIN 1
+#define STRAYS 1
+#elif defined(ADMIN_DELETES)
 #define ACQ0 2
 #define ACQ1 0
 #define DEATHS 0

@@ -4,14 +4,21 @@
  * "Model") says what is covered and what is abstracted.
  *
  * What is modelled (each step names the code it abstracts):
- *  - One key: its row of fencelock_leases (absent until the first grant; then the attempt whose
- *    grant it holds, or none, and whether it is unexpired) and the sequence fencelock_tokens.
+ *  - One key: its row of fencelock_leases (absent until the first acquire inserts it, and after
+ *    a delete; then the acquisition whose grant it holds, or none, and whether it is unexpired)
+ *    and the sequence fencelock_tokens.
  *    Each statement is its own transaction; its steps run atomically on the server, in any order
  *    against other statements (a statement blocked on the row lock or on the unique index of a
  *    concurrent INSERT simply runs its next step later).
- *  - lease_acquire.sql as two server steps: the VALUES row's nextval() is drawn when the
- *    statement starts (before any row lock); the conflict resolution (INSERT, or ON CONFLICT DO
- *    UPDATE with a fresh nextval() when the row is expired, or nothing) is one step later.
+ *  - lease_acquire.sql as one server step: `INSERT .. VALUES (name, '', 0, 'epoch', NULL) ON
+ *    CONFLICT (name) DO UPDATE SET owner, token = nextval(..), expires_at, holder WHERE
+ *    l.expires_at <= clock_timestamp() RETURNING token`. A missing row gets an expired
+ *    placeholder (token 0, no owner: no grant, the answer says token 0); an existing row is
+ *    locked, and only when it is expired is the token drawn and the grant made; an unexpired
+ *    row answers "held". The client runs the statement again after a placeholder answer, within
+ *    the same try, up to PLACEHOLDER_RUNS runs (postgres_backend.cpp kPlaceholderRuns: the run
+ *    that finds the row missing for the PLACEHOLDER_RUNS-th time ends the try, Unavailable).
+ *    VALUES_TOKEN (below) is the statement before, as two steps.
  *  - 2 clients; client c makes up to A0, A1 acquisitions (ClientCore::acquire_as_head: a fresh
  *    OwnerId::random() per acquisition). An acquisition makes up to TRIES tries with its owner
  *    id (wait_loop.cpp acquire_with_release_events: a try after a "held" answer, on a release
@@ -20,16 +27,30 @@
  *    io_timeout is cancelled with PQcancel and its connection dropped; the cancel may not reach
  *    the server, so the statement may still run; a crash of the server, with durable commits,
  *    just ends the statements it had not run). The client may stop waiting for a reply at any
- *    moment: an ambiguous try (postgres_backend.cpp LeaseBackend::try_acquire, `if (!r.ok())`)
- *    sends release by owner id (lease_release.sql) and the acquisition fails.
+ *    moment: an ambiguous try (postgres_backend.cpp LeaseBackend::try_acquire, no answer in
+ *    time) releases by owner id (lease_release_unknown.sql frees the row where it holds this
+ *    owner's grant) and the acquisition fails. Its statement may still run later and grant to
+ *    nobody: the run id that release records to refuse such a late run is not modelled (it only
+ *    removes behaviours), nor the expired placeholder it inserts where the row is missing (it
+ *    only spares a later run its second run), nor the one retry of a try whose connection died
+ *    (a new run with the same owner id).
  *  - Time: the row may expire at any moment; its expiry means that the validity of the grant it
  *    holds has ended (the expiry rule: expires_at = the server's clock_timestamp() + ttl at the
  *    grant, the client's validity = send time + ttl - drift, renewals move both under the same
  *    owner compare). The client's own check `Clock::now() >= validity` after a grant may fail
- *    (it then releases and fails). Nothing else depends on clocks.
+ *    (it then releases and fails). Nothing else depends on clocks (but EARLY_EXPIRY below).
  *  - Client crashes: a client that takes no further step (every other process moves
  *    independently of it, so no explicit crash transition is needed); a holder may also keep
  *    its grant and never release it.
+ *  - Faults outside the expiry rule, each bounded (the configurations below choose them):
+ *    ADMIN_DELETES: an admin's `DELETE FROM fencelock_leases WHERE name = K` at any moment, up
+ *    to DELETES times (whatever the row holds: a grant, an expired row, a placeholder).
+ *    EARLY_EXPIRY: the server's clock steps forward at any moment, up to STEPS times, so that
+ *    an unexpired row counts as expired (clock_timestamp() decides expiry) while the validity
+ *    of the grant it holds, measured on the client's clock, has not ended. A holder whose row
+ *    was deleted or expired early is usurped: it still believes it holds, and the next grant
+ *    may come while it does (renewals, abstracted, would tell it at the next round). MUTEX does
+ *    not count usurped grants (fencing covers that gap); ORDER counts every grant.
  *
  * Abstracted away: renewals (lease_renew.sql extends only an unexpired row of the same owner;
  * one that fails reports the lease lost, which only weakens MUTEX), the LISTEN connection (a
@@ -40,12 +61,23 @@
  * Invariants (asserted when a client sees its grant):
  *  - ORDER: the token exceeds the token of every grant that had completed (its client saw it)
  *    before the server granted this one; no two grants share a token.
- *  - MUTEX: no other client holds a grant whose validity has not ended.
+ *  - MUTEX: no other client holds a grant whose validity has not ended, unless that grant was
+ *    usurped (an admin's delete or a clock step took its row); not asserted for a grant that
+ *    was itself usurped before its client saw it.
  *
- * Variants, each a real defect or a documented assumption; each must be caught:
- *  - DELETE_ON_RELEASE: release deletes the row instead of marking it expired (the reason
- *    lease_release.sql keeps rows: a statement that drew its VALUES token early, stalled, and
- *    inserts after a later grant's row was deleted hands out a smaller token).
+ * Variants, each a real defect or a documented assumption; each must be caught (but
+ * DELETE_ON_RELEASE alone, which must pass):
+ *  - VALUES_TOKEN: the acquire statement before commit eaaea29, `INSERT .. VALUES (.., nextval(..),
+ *    ..) ON CONFLICT (name) DO UPDATE SET .., token = nextval(..), .. WHERE expired`, as two
+ *    server steps: the VALUES row's nextval() is drawn when the statement starts (before the row
+ *    exists or is locked); the conflict resolution is one step later, and a missing row is
+ *    inserted as a grant with that early token. Once a row can go missing after a grant (an
+ *    admin's delete, or DELETE_ON_RELEASE) a statement that drew its token before a faster
+ *    grant inserts it after that grant's row went: a token below a completed grant's.
+ *  - DELETE_ON_RELEASE: release deletes the row instead of marking it expired. Caught with
+ *    VALUES_TOKEN (why lease_release.sql keeps rows); with the current statement it passes,
+ *    also with admin deletes and clock steps: every token is drawn under the row lock, whether
+ *    the row was deleted before or not.
  *  - REUSE_OWNER: one owner id for all acquisitions of a client. A delayed release of an
  *    acquisition that failed ambiguously frees the client's later grant, and another client is
  *    granted while it holds.
@@ -54,9 +86,10 @@
  *    state of its last WAL flush, and a token is granted twice (the documented assumption that
  *    commits are durable; tests/conformance/postgres_integration_test.cpp shows it for real).
  *
- * Bound: every run is finite (at most A0 + A1 acquisitions of at most TRIES tries, each
- * statement runs at most once, at most CRASHES crashes), so the search is exhaustive within
- * DEPTH; scripts/model-check.sh passes -m DEPTH and fails if pan reports it too small.
+ * Bound: every run is finite (at most A0 + A1 acquisitions of at most TRIES tries of at most
+ * PLACEHOLDER_RUNS runs, each statement runs at most once, at most one crash, DELETES deletes
+ * and STEPS clock steps), so the search is exhaustive within DEPTH; scripts/model-check.sh
+ * passes -m DEPTH and fails if pan reports it too small.
  */
 #define DEPTH 2000
 
@@ -68,6 +101,24 @@
 #endif
 #ifndef TRIES
 #define TRIES 2
+#endif
+#ifndef PLACEHOLDER_RUNS
+#define PLACEHOLDER_RUNS 4 /* postgres_backend.cpp kPlaceholderRuns */
+#endif
+/* Faults outside the expiry rule (see above): how many of each. */
+#ifndef DELETES
+#ifdef ADMIN_DELETES
+#define DELETES 2
+#else
+#define DELETES 0
+#endif
+#endif
+#ifndef STEPS
+#ifdef EARLY_EXPIRY
+#define STEPS 2
+#else
+#define STEPS 0
+#endif
 #endif
 #define CLIENTS 2
 #define NATT (A0 + A1) /* acquisition ids 1..NATT; 0 = none */
@@ -91,6 +142,8 @@
 #if defined(REUSE_OWNER) || defined(DELETE_ON_RELEASE)
 #define SEND_RELEASES 1
 #endif
+/* (The same holds with admin deletes and clock steps: they take rows, and a release still only
+ * frees a row whose grant nobody holds.) */
 
 /* The row of the key (fencelock_leases WHERE name = key). */
 bool row = 0;      /* it exists */
@@ -109,19 +162,27 @@ bool crashed = 0;
 
 /* Statements in flight, per acquisition (one at a time: a try starts after the previous try's
  * answer was read, and an acquisition that ended ambiguously makes no more). */
-byte stmt[NATT + 1];   /* 0 none; 1 sent; 2 its VALUES nextval() drawn */
+byte stmt[NATT + 1]; /* 0 none; 1 sent; 2 (VALUES_TOKEN) its VALUES nextval() drawn */
+#ifdef VALUES_TOKEN
 byte stmt_v[NATT + 1]; /* that VALUES token */
-bool rel[NATT + 1];    /* lease_release.sql with this acquisition's owner id */
+#endif
+bool rel[NATT + 1]; /* lease_release.sql with this acquisition's owner id */
 
 /* Answers that came while the client still waits for them. */
 bool waiting[NATT + 1];
-byte answer[NATT + 1]; /* 0 none; 1 granted; 2 held by another owner */
+byte answer[NATT + 1]; /* 0 none; 1 granted; 2 held by another owner; 3 placeholder (token 0) */
 byte answer_tok[NATT + 1];
 
 /* live[a]: acquisition a is in progress or its grant is held. over[a]: its validity has ended
- * (the expiry rule). Both reset when it ends. */
+ * (the expiry rule). usurped[a]: its grant's row was deleted or expired early while its
+ * validity had not ended. All reset when it ends. */
 bool live[NATT + 1];
 bool over[NATT + 1];
+bool usurped[NATT + 1];
+
+/* Faults used so far. */
+byte deletes = 0;
+byte steps = 0;
 
 /* Observer state for the invariants. */
 byte holding[CLIENTS];          /* the acquisition whose grant the client holds, 0 none */
@@ -133,6 +194,7 @@ int tokens_granted = 0;         /* bit t: token t was granted (and seen) */
 inline retire(a) {
   live[a] = 0;
   over[a] = 0;
+  usurped[a] = 0;
   waiting[a] = 0;
   answer[a] = 0;
   answer_tok[a] = 0;
@@ -144,31 +206,68 @@ inline retire(a) {
 #endif
 }
 
-/* lease_acquire.sql, the ON CONFLICT resolution: INSERT the VALUES row (the key's first
- * grant), or UPDATE an expired row with token = nextval('fencelock_tokens') drawn after the
- * row lock, or nothing when the row is unexpired (RETURNING no token: "held"). */
+/* The server grants acquisition a the token t: the row holds its grant, unexpired. */
+inline grant_row(a) {
+  row_att = a;
+  row_live = 1;
+  if
+  :: waiting[a] -> answer[a] = 1; answer_tok[a] = t; done_at_grant[a] = max_done
+  :: else -> skip /* nobody waits: a grant that nobody holds, which may expire at once */
+  fi
+}
+
+inline held(a) {
+  if
+  :: waiting[a] -> answer[a] = 2 /* RETURNING no row: "held" */
+  :: else -> skip
+  fi
+}
+
+#ifndef VALUES_TOKEN
+/* lease_acquire.sql, one step. A missing row: INSERT the expired placeholder (token 0, owner
+ * '', expires_at 'epoch'), which RETURNING answers with token 0: no grant. An existing row:
+ * ON CONFLICT locks it; when it is expired (WHERE l.expires_at <= clock_timestamp()) the
+ * UPDATE draws token = nextval('fencelock_tokens') and grants; otherwise nothing ("held"). */
 inline resolve(a) {
   stmt[a] = 0;
   if
-  :: !row || !row_live ->
+  :: !row ->
+     row = 1; /* row_att = 0, row_live = 0: expired, nobody's */
      if
-     :: !row -> t = stmt_v[a]; row = 1
-     :: else -> seq++; t = seq
-     fi;
-     row_att = a;
-     row_live = 1;
-     if
-     :: waiting[a] -> answer[a] = 1; answer_tok[a] = t; done_at_grant[a] = max_done
-     :: else -> skip /* nobody waits: a grant that nobody holds, which may expire at once */
-     fi
-  :: else ->
-     if
-     :: waiting[a] -> answer[a] = 2
+     :: waiting[a] -> answer[a] = 3
      :: else -> skip
      fi
+  :: row && !row_live -> seq++; t = seq; grant_row(a)
+  :: else -> held(a)
+  fi;
+  t = 0
+}
+#else
+/* VALUES_TOKEN, the ON CONFLICT resolution: INSERT the VALUES row with the token drawn when
+ * the statement started (a missing row: a grant), or UPDATE an expired row with token =
+ * nextval('fencelock_tokens') drawn after the row lock, or nothing when the row is unexpired. */
+inline resolve(a) {
+  stmt[a] = 0;
+  if
+  :: !row -> t = stmt_v[a]; row = 1; grant_row(a)
+  :: row && !row_live -> seq++; t = seq; grant_row(a)
+  :: else -> held(a)
   fi;
   stmt_v[a] = 0;
   t = 0
+}
+#endif
+
+/* The grant the row holds is taken from its holder behind its back (an admin's delete, a clock
+ * step): a holder whose validity has not ended, or an acquisition whose grant is on its way to
+ * it, is usurped. The row is left expired and nobody's. */
+inline usurp_row() {
+  if
+  :: row_att != 0 && live[row_att] && !over[row_att] -> usurped[row_att] = 1
+  :: else -> skip
+  fi;
+  row_att = 0;
+  row_live = 0
 }
 
 /* lease_release.sql: UPDATE .. SET expires_at = 'epoch', owner = '' WHERE name AND owner.
@@ -187,10 +286,16 @@ inline release_stmt(a) {
   fi
 }
 
+#ifdef VALUES_TOKEN
 #define RUN(A) \
   :: atomic { stmt[A] == 1 -> seq++; stmt_v[A] = seq; stmt[A] = 2 } \
   :: atomic { stmt[A] == 2 -> resolve(A) } \
   :: atomic { rel[A] -> release_stmt(A) }
+#else
+#define RUN(A) \
+  :: atomic { stmt[A] == 1 -> resolve(A) } \
+  :: atomic { rel[A] -> release_stmt(A) }
+#endif
 
 proctype Server() {
   byte t;
@@ -217,6 +322,14 @@ end:
        row_live = 0;
        row_att = 0
      }
+#if DELETES > 0
+  /* An admin's DELETE FROM fencelock_leases WHERE name = K. */
+  :: atomic { deletes < DELETES && row -> deletes++; usurp_row(); row = 0 }
+#endif
+#if STEPS > 0
+  /* The server's clock steps forward: the unexpired row counts as expired now. */
+  :: atomic { steps < STEPS && row_live -> steps++; usurp_row() }
+#endif
 #ifdef ASYNC_COMMIT
   /* The WAL writer flushes: everything committed so far is durable. */
   :: atomic {
@@ -231,7 +344,13 @@ end:
        row = d_row; row_att = d_row_att; row_live = d_row_live; seq = d_seq;
        t = 1;
        do
-       :: t <= NATT -> stmt[t] = 0; stmt_v[t] = 0; rel[t] = 0; t++
+       :: t <= NATT ->
+          stmt[t] = 0;
+#ifdef VALUES_TOKEN
+          stmt_v[t] = 0;
+#endif
+          rel[t] = 0;
+          t++
        :: else -> break
        od;
        t = 0
@@ -244,6 +363,7 @@ proctype Client(byte c) {
   byte k = 0; /* acquisitions made */
   byte a;     /* this acquisition */
   byte tries;
+  byte runs; /* placeholder answers in this try */
   byte token;
   byte i;
 
@@ -275,15 +395,20 @@ end:
                 assert(token > done_at_grant[a]);
                 assert((tokens_granted & (1 << token)) == 0);
                 tokens_granted = tokens_granted | (1 << token);
-                /* MUTEX: no other client holds a grant whose validity has not ended */
-                i = 0;
-                do
-                :: i < CLIENTS ->
-                   assert(i == c || holding[i] == 0 || over[holding[i]]);
-                   i++
-                :: else -> break
-                od;
-                i = 0;
+                /* MUTEX: no other client holds a grant whose validity has not ended (but one
+                 * whose row an admin's delete or a clock step took) */
+                if
+                :: !usurped[a] ->
+                   i = 0;
+                   do
+                   :: i < CLIENTS ->
+                      assert(i == c || holding[i] == 0 || over[holding[i]] || usurped[holding[i]]);
+                      i++
+                   :: else -> break
+                   od;
+                   i = 0
+                :: else -> skip
+                fi;
                 holding[c] = a;
                 if
                 :: token > max_done -> max_done = token
@@ -295,15 +420,33 @@ end:
              :: else -> retire(a)
              fi;
              token = 0;
+             runs = 0;
              break
           :: answer[a] == 2 && tries < TRIES ->
-             answer[a] = 0 /* held: wait for a release or the holder's remaining time */
+             answer[a] = 0; /* held: wait for a release or the holder's remaining time */
+             runs = 0
           :: answer[a] == 2 ->
              retire(a); /* the wait ran out: give_up() releases by owner id */
+             runs = 0;
              break
+#ifndef VALUES_TOKEN
+          :: answer[a] == 3 && runs + 1 < PLACEHOLDER_RUNS ->
+             /* token 0: the row was missing and is now an expired placeholder; the same try
+              * runs the statement again (`--attempt; continue`) */
+             answer[a] = 0;
+             runs++;
+             tries--
+          :: answer[a] == 3 ->
+             /* the row was missing at every run: Unavailable ("deleted again after each of
+              * kPlaceholderRuns inserts"); nothing of this acquisition's is on the server */
+             retire(a);
+             runs = 0;
+             break
+#endif
           :: true ->
              /* no answer in time (ambiguous): release by owner id, fail */
              retire(a);
+             runs = 0;
              break
           fi
         }

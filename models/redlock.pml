@@ -11,7 +11,8 @@
  *    or a new acquisition after a release is the next attempt). Each attempt writes its own
  *    lock value. Default: A0 = 2, A1 = 1 (one client retries, the other competes), TICKS = 2,
  *    LOSSES = 1; too many states for 2 GB together: scripts/model-check.sh checks A0 = 2,
- *    A1 = 1 with TICKS = 0, LOSSES = 0, and A0 = 1, A1 = 1 with the default time and loss.
+ *    A1 = 1 with TICKS = 0, LOSSES = 0 (also with EARLY_EXPIRY), and A0 = 1, A1 = 1 with the
+ *    default time and loss.
  *  - Every request (round 1, round 2, release) is its own message per instance, delivered at
  *    any later moment or never: messages are delayed and reordered arbitrarily. A client may
  *    stop waiting for replies at any moment (fan_out's deadlines and the majority grace are
@@ -51,6 +52,15 @@
  *    the same holds for the finisher's resending of a release that did run. A tombstone's
  *    expiry (max(ttl, 60 s)) is not modelled: the argument assumes the late request arrives
  *    within the tombstone's life. A data loss takes the instance's tombstones with it.
+ *  - EARLY_EXPIRY: a lock key lost before its TTL on an instance that stays up and keeps its
+ *    counter (its server's clock runs fast or steps forward, a volatile-* eviction, an admin's
+ *    DEL of the key), at any moment, up to EARLY times (1: on one instance). The attempt that
+ *    wrote it is usurped: its validity has not ended, its client does not know, and another
+ *    client may be granted while it holds (the key counts for nobody's majority any more).
+ *    MUTEX does not count usurped grants (fencing covers that gap), even where the attempt's
+ *    other keys still form a majority (MUTEX is checked less than it could be); TOKEN_GROWS and
+ *    LATE_TAKES_NOTHING count every grant and every SET. Tombstones are not lost early (their
+ *    life is the assumption stated below).
  *  - Client crashes: a client that takes no further step. Every state of a run with a crash is
  *    reached by the same run with the client frozen, because all other processes (instances,
  *    network, expiry) move independently of it; so no explicit crash transition is needed. The
@@ -65,7 +75,9 @@
  * the lock key by a round-1 request, in late_acquire and acquire_script):
  *  - TOKEN_GROWS: the token exceeds the token of every grant completed before this attempt
  *    began, and no two grants share a token.
- *  - MUTEX: no other client holds a grant whose validity has not ended.
+ *  - MUTEX: no other client holds a grant whose validity has not ended, unless one of its keys
+ *    was lost early (EARLY_EXPIRY: usurped); not asserted for a grant usurped before it was
+ *    complete.
  *  - LATE_TAKES_NOTHING: an acquire that arrives after its attempt's release takes nothing: when
  *    acquire.lua SETs the lock key on an instance, no release of that attempt has executed on
  *    that instance since the instance last lost its data. The restriction is needed and
@@ -92,7 +104,8 @@
  *
  * Bound: every run is finite (each client makes at most its attempts, every message is
  * delivered at most once, every key is written by one delivery and goes at most once, the clock
- * ticks at most TICKS times, LOSSES losses at most), so the search is exhaustive within the depth limit DEPTH (pan counts the
+ * ticks at most TICKS times, LOSSES losses and EARLY early key losses at most), so the search is
+ * exhaustive within the depth limit DEPTH (pan counts the
  * statements inside atomic steps too); scripts/model-check.sh passes -m DEPTH and fails if pan
  * reports that the depth was too small.
  */
@@ -155,6 +168,14 @@
 #ifndef TICKS
 #define TICKS 2
 #endif
+/* EARLY: lock keys lost before their TTL, at most (EARLY_EXPIRY: 1). */
+#ifndef EARLY
+#ifdef EARLY_EXPIRY
+#define EARLY 1
+#else
+#define EARLY 0
+#endif
+#endif
 #ifndef RESTART_DELAY
 #ifdef EARLY_RESTART
 #define RESTART_DELAY 0
@@ -214,6 +235,12 @@ byte r2_ok[NATT + 1];      /* raise_fence.lua answered 1 */
  * attempts do not multiply the states. */
 bool live[NATT + 2];
 bool over[NATT + 2];
+#if EARLY > 0
+/* usurped[a]: a key of attempt a was lost before its TTL while a's validity lasted (reset when
+ * the attempt ends). */
+bool usurped[NATT + 2];
+byte early = 0; /* early key losses so far */
+#endif
 
 /* Observer state for the invariants. */
 byte holding[CLIENTS];  /* the attempt whose grant the client holds, 0 none */
@@ -315,6 +342,9 @@ inline gc(i) {
 inline retire(a) {
   live[a] = 0;
   over[a] = 0;
+#if EARLY > 0
+  usurped[a] = 0;
+#endif
   age[a] = 0;
   rel_pend[a] = REL_MASK(a);
 #ifndef REUSE_VALUE
@@ -632,6 +662,19 @@ end:
        gc(i);
        canonical()
      }
+#if EARLY > 0
+  /* The key of an attempt whose validity lasts is lost before its TTL (a fast or stepped
+   * clock, an eviction, an admin's DEL); the counter stays. (A key of an ended attempt, or of
+   * one whose validity has ended, may expire at any moment anyway: the step above.) */
+  :: atomic {
+       early < EARLY && lock[i] != 0 && lock[i] != DEAD && live[lock[i]] && !over[lock[i]] ->
+       early++;
+       usurped[lock[i]] = 1;
+       lock[i] = 0;
+       gc(i);
+       canonical()
+     }
+#endif
 #if LOSSES > 0
   /* The instance loses all its data (a restart without persistence): the lock key and the
    * counter are gone, and it goes down. (The holder metadata and the queue are abstracted.)
@@ -862,7 +905,21 @@ end:
           :: else -> break
           od;
           gtok[a] = ctok[c];
-          /* MUTEX: no other client holds a grant whose validity has not ended */
+          /* MUTEX: no other client holds a grant whose validity has not ended (EARLY_EXPIRY:
+           * but one whose key was lost early; not asserted for a grant usurped so) */
+#if EARLY > 0
+          if
+          :: !usurped[a] ->
+             i = 0;
+             do
+             :: i < CLIENTS ->
+                assert(i == c || holding[i] == 0 || over[holding[i]] || usurped[holding[i]]);
+                i++
+             :: else -> break
+             od
+          :: else -> skip
+          fi;
+#else
           i = 0;
           do
           :: i < CLIENTS ->
@@ -870,6 +927,7 @@ end:
              i++
           :: else -> break
           od;
+#endif
           i = 0;
           holding[c] = a;
           if
