@@ -67,6 +67,24 @@ class PostgresAdvisory : public ::testing::Test {
     if (!client.ok()) throw std::runtime_error(client.status().to_string());
     return std::move(*client);
   }
+  // The server backend whose session holds the advisory lock of `name`, stopped (SIGSTOP) until
+  // resume() or the end of the scope (SIGCONT): it answers nothing and keeps its locks.
+  struct StoppedHolder {
+    pid_t pid = -1;
+    void resume() const { ::kill(pid, SIGCONT); }
+    ~StoppedHolder() { resume(); }
+  };
+  std::unique_ptr<StoppedHolder> stop_holder_of(std::string_view name) {
+    const std::int64_t k = detail::postgres::advisory_key(name);
+    const std::string pid_text = server_->sql(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = (" +
+        std::to_string(k) + "::bigint & 4294967295)::oid");
+    if (pid_text.empty()) throw std::runtime_error("no session holds " + std::string(name));
+    auto stopped = std::make_unique<StoppedHolder>();
+    stopped->pid = static_cast<pid_t>(std::stol(pid_text));
+    if (::kill(stopped->pid, SIGSTOP) != 0) throw std::runtime_error("SIGSTOP failed");
+    return stopped;
+  }
   long long sessions_waiting_on(std::string_view name) {
     std::int64_t k = detail::postgres::advisory_key(name);
     return std::stoll(
@@ -373,17 +391,7 @@ TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   std::atomic<bool> lost{false};
   held->on_lost([&] { lost = true; });
-  const std::int64_t k = detail::postgres::advisory_key("on-closed");
-  const std::string pid_text = server_->sql(
-      "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = (" +
-      std::to_string(k) + "::bigint & 4294967295)::oid");
-  ASSERT_FALSE(pid_text.empty());
-  const auto pid = static_cast<pid_t>(std::stol(pid_text));
-  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  struct Resume {
-    pid_t pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{pid};
+  const auto stopped = stop_holder_of("on-closed");
   const auto tried_at = Clock::now();
   auto tried = client.acquire(key("on-closed-try"), {.ttl = 60s});
   EXPECT_FALSE(tried.ok());
@@ -391,7 +399,7 @@ TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
       << "the lease on the closed session was not reported lost at once";
   EXPECT_LT(Clock::now() - tried_at, 15s);  // its first health check is 20 s after the grant
   EXPECT_TRUE(held->is_lost());
-  ::kill(pid, SIGCONT);  // it finds its connection closed and ends, freeing the lock
+  stopped->resume();  // it finds its connection closed and ends, freeing the lock
   auto after = third.acquire(key("on-closed"), {.ttl = 5s, .wait = 10s});
   EXPECT_TRUE(after.ok()) << "the closed session's lock stayed held: "
                           << after.status().to_string();
@@ -405,24 +413,14 @@ TEST_F(PostgresAdvisory, AReleaseWhoseUnlockGetsNoAnswerIsNotOk) {
   Client third = connect();
   auto held = client.acquire(key("unlock-unanswered"), {.ttl = 60s});
   ASSERT_TRUE(held.ok()) << held.status().to_string();
-  const std::int64_t k = detail::postgres::advisory_key("unlock-unanswered");
-  const std::string pid_text = server_->sql(
-      "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = (" +
-      std::to_string(k) + "::bigint & 4294967295)::oid");
-  ASSERT_FALSE(pid_text.empty());
-  const auto pid = static_cast<pid_t>(std::stol(pid_text));
-  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-  struct Resume {
-    pid_t pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{pid};
+  const auto stopped = stop_holder_of("unlock-unanswered");
   const Status released = held->release();
   EXPECT_EQ(released.code(), Code::kDeadlineExceeded) << released.to_string();
   EXPECT_NE(released.message().find("session was closed"), std::string::npos)
       << released.to_string();
   auto meanwhile = third.acquire(key("unlock-unanswered"), {.ttl = 5s});
   EXPECT_EQ(meanwhile.code(), Code::kLocked) << "the stopped backend no longer held the lock?";
-  ::kill(pid, SIGCONT);  // it finds its connection closed and ends, freeing the lock
+  stopped->resume();  // it finds its connection closed and ends, freeing the lock
   auto after = third.acquire(key("unlock-unanswered"), {.ttl = 5s, .wait = 10s});
   EXPECT_TRUE(after.ok()) << after.status().to_string();
 }
