@@ -63,7 +63,8 @@ class Lease {
 
   // Releases the lock (compare owner and delete). OK if released or already expired; an error
   // status if the server could not be reached (the lock then expires by its TTL).
-  // After release() the Lease holds nothing and lost() has fired.
+  // After release() the Lease holds nothing and lost() has fired. A second call returns what the
+  // first one did.
   Status release();
 
  private:

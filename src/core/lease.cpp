@@ -47,9 +47,11 @@ void Lease::on_lost(std::function<void()> callback) {
 }
 
 Status Lease::release() {
-  if (state_->released.exchange(true)) return Status::Ok();
+  // A second call says what the first did (OK only if the lock was freed then).
+  if (state_->released.exchange(true)) return state_->release_status.value_or(Status::Ok());
   auto& core = *state_->core;
-  return core.release(*state_, detail::Clock::now() + core.options().io_timeout);
+  state_->release_status = core.release(*state_, detail::Clock::now() + core.options().io_timeout);
+  return *state_->release_status;
 }
 
 }  // namespace fencelock

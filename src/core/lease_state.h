@@ -52,6 +52,8 @@ struct LeaseState {
   // time never makes a later lease's signal late.
   std::stop_source callbacks_source;
   std::atomic<bool> released{false};
+  // What Lease::release() returned, for a second call (only the Lease's own thread calls it).
+  std::optional<Status> release_status;
 
   Mutex callbacks_mu;
   std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>> callbacks

@@ -115,10 +115,10 @@ class AdvisoryBackend final : public Backend {
     Clock::time_point until = deadline;
     for (;; until = Clock::now() + options_.io_timeout) {
       Status ready = sessions_.checkout_this(holding.session, until);
-      if (ready.code() == Code::kUnavailable) return Status::Ok();  // the session and lock are gone
+      if (ready.code() == Code::kUnavailable) return freed_with_session(holding, owner);
       if (ready.ok()) break;
       if (sessions_.defer_unlock(holding.session, holding.key, holding.shared)) {
-        if (sessions_.closed(holding.session)) return Status::Ok();
+        if (sessions_.closed(holding.session)) return freed_with_session(holding, owner);
         return Status(Code::kDeadlineExceeded,
                       "the PostgreSQL session holding the advisory lock stayed busy past the "
                       "release's deadline: the unlock runs as soon as its statement ends, and "
@@ -130,10 +130,7 @@ class AdvisoryBackend final : public Backend {
     // only once the server ends that session (a stopped or cut-off server keeps it): not OK.
     finish(holding.session, !unlocked);
     if (unlocked) return Status::Ok();
-    return Status(Code::kDeadlineExceeded,
-                  "the unlock got no answer in time; its PostgreSQL session was closed, which "
-                  "frees the lock when the server ends that session: at once if the server is "
-                  "answering, else when its TCP keepalives give up (about 11 s by default)");
+    return freed_with_session(holding, owner);
   }
 
   Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
@@ -168,6 +165,30 @@ class AdvisoryBackend final : public Backend {
     std::int64_t key = 0;
     bool shared = false;
   };
+
+  // The session that held the lock was closed by this Client (a statement on it got no answer,
+  // or could not be brought back: lost() fired). The server frees the lock when it ends that
+  // session: at once when its server process runs and reads the close, later when it is stopped
+  // or cut off. OK only when the server shows the lock gone (asked on another session).
+  Status freed_with_session(const Holding& holding, const OwnerId& owner) {
+    auto r = run_any(
+        "SELECT EXISTS (SELECT 1 FROM fencelock_advisory_holders h JOIN pg_locks l ON "
+        "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.objsubid = 1 AND "
+        "l.classid = ((h.key >> 32) & 4294967295)::oid AND l.objid = (h.key & 4294967295)::oid "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "WHERE h.key = $1::bigint AND h.owner = $2)",
+        {std::to_string(holding.key), owner.hex()});
+    if (r.ok() && std::string_view(PQgetvalue(r->get(), 0, 0)) == "f") return Status::Ok();
+    return Status(
+        Code::kDeadlineExceeded,
+        r.ok() ? "the PostgreSQL session holding the advisory lock was closed (its server did not "
+                 "answer), and the server still holds the lock for it: it is freed when the "
+                 "server ends that session (at once once its server process runs again, else "
+                 "when its TCP keepalives give up, about 11 s by default)"
+               : "the PostgreSQL session holding the advisory lock was closed (its server did not "
+                 "answer), and whether the server has freed the lock yet could not be checked (" +
+                     r.status().message() + ")");
+  }
 
   // The shared (reader) variant of a statement: the _shared advisory functions.
   static std::string for_mode(std::string_view sql, bool shared) {

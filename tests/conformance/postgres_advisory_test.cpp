@@ -399,6 +399,9 @@ TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
       << "the lease on the closed session was not reported lost at once";
   EXPECT_LT(Clock::now() - tried_at, 15s);  // its first health check is 20 s after the grant
   EXPECT_TRUE(held->is_lost());
+  // Its release is not OK while the stopped backend keeps the lock (before: OK).
+  const Status released = held->release();
+  EXPECT_EQ(released.code(), Code::kDeadlineExceeded) << released.to_string();
   stopped->resume();  // it finds its connection closed and ends, freeing the lock
   auto after = third.acquire(key("on-closed"), {.ttl = 5s, .wait = 10s});
   EXPECT_TRUE(after.ok()) << "the closed session's lock stayed held: "
@@ -416,8 +419,9 @@ TEST_F(PostgresAdvisory, AReleaseWhoseUnlockGetsNoAnswerIsNotOk) {
   const auto stopped = stop_holder_of("unlock-unanswered");
   const Status released = held->release();
   EXPECT_EQ(released.code(), Code::kDeadlineExceeded) << released.to_string();
-  EXPECT_NE(released.message().find("session was closed"), std::string::npos)
+  EXPECT_NE(released.message().find("still holds the lock"), std::string::npos)
       << released.to_string();
+  EXPECT_EQ(held->release().code(), Code::kDeadlineExceeded) << "a second release said OK";
   auto meanwhile = third.acquire(key("unlock-unanswered"), {.ttl = 5s});
   EXPECT_EQ(meanwhile.code(), Code::kLocked) << "the stopped backend no longer held the lock?";
   stopped->resume();  // it finds its connection closed and ends, freeing the lock
