@@ -28,12 +28,18 @@
  *    the server, so the statement may still run; a crash of the server, with durable commits,
  *    just ends the statements it had not run). The client may stop waiting for a reply at any
  *    moment: an ambiguous try (postgres_backend.cpp LeaseBackend::try_acquire, no answer in
- *    time) releases by owner id (lease_release_unknown.sql frees the row where it holds this
- *    owner's grant) and the acquisition fails. Its statement may still run later and grant to
- *    nobody: the run id that release records to refuse such a late run is not modelled (it only
- *    removes behaviours), nor the expired placeholder it inserts where the row is missing (it
- *    only spares a later run its second run), nor the one retry of a try whose connection died
- *    (a new run with the same owner id).
+ *    time) sends lease_release_unknown.sql and the acquisition fails. Its statement may still
+ *    run later (a late run), before or after that release, or never.
+ *  - Run ids: every run of lease_acquire.sql carries its own id (OwnerId::random() per run),
+ *    here the pair (acquisition, number of the run within it: stmt_run). lease_release_unknown.sql
+ *    as one server step, under the row lock: a missing row is inserted as the expired
+ *    placeholder; a row that holds this owner's grant is freed (owner '', expires_at 'epoch');
+ *    either way the run id is recorded in the row's `released` map (rec). The acquire's DO UPDATE
+ *    branch (the only one that grants) refuses a recorded run. The records belong to the row: a
+ *    delete (an admin's, or DELETE_ON_RELEASE) drops them. They are kept until then: a run that
+ *    arrives after its record's time (max(ttl, one minute)) has passed is not modelled. Not
+ *    modelled either: the one retry of a try whose connection died (a new run, with a new run id,
+ *    after the release of the first run has completed).
  *  - Time: the row may expire at any moment; its expiry means that the validity of the grant it
  *    holds has ended (the expiry rule: expires_at = the server's clock_timestamp() + ttl at the
  *    grant, the client's validity = send time + ttl - drift, renewals move both under the same
@@ -58,15 +64,26 @@
  * reconnect back-off, other keys (the sequence is shared by all keys; draws for other keys only
  * skip numbers).
  *
- * Invariants (asserted when a client sees its grant):
+ * Invariants (ORDER and MUTEX asserted when a client sees its grant):
  *  - ORDER: the token exceeds the token of every grant that had completed (its client saw it)
  *    before the server granted this one; no two grants share a token.
  *  - MUTEX: no other client holds a grant whose validity has not ended, unless that grant was
  *    usurped (an admin's delete or a clock step took its row); not asserted for a grant that
  *    was itself usurped before its client saw it.
+ *  - NO_LATE_GRANT (asserted when the server grants): no grant to a run after the
+ *    lease_release_unknown.sql of that run has run, i.e. once an ambiguous try was released, its
+ *    late run takes nothing, and the row never again holds the grant of an acquisition that
+ *    gave up (a lock held by nobody until its TTL ends). Asserted where no row is ever deleted
+ *    (no ADMIN_DELETES, no DELETE_ON_RELEASE): a delete drops the records (the escape
+ *    docs/PROTOCOLS.md names), and ASSERT_NO_LATE_GRANT with ADMIN_DELETES shows it.
  *
  * Variants, each a real defect or a documented assumption; each must be caught (but
  * DELETE_ON_RELEASE alone, which must pass):
+ *  - NO_RELEASED_RECORD: lease_release_unknown.sql frees the row but records no run id (the code
+ *    before run ids): a late run after the release is granted (NO_LATE_GRANT).
+ *  - ASSERT_NO_LATE_GRANT: NO_LATE_GRANT asserted also with admin deletes: a delete after the
+ *    release drops the record, a placeholder insert makes the row again, and the late run is
+ *    granted (the documented escape).
  *  - VALUES_TOKEN: the acquire statement before commit eaaea29, `INSERT .. VALUES (.., nextval(..),
  *    ..) ON CONFLICT (name) DO UPDATE SET .., token = nextval(..), .. WHERE expired`, as two
  *    server steps: the VALUES row's nextval() is drawn when the statement starts (before the row
@@ -77,7 +94,8 @@
  *  - DELETE_ON_RELEASE: release deletes the row instead of marking it expired. Caught with
  *    VALUES_TOKEN (why lease_release.sql keeps rows); with the current statement it passes,
  *    also with admin deletes and clock steps: every token is drawn under the row lock, whether
- *    the row was deleted before or not.
+ *    the row was deleted before or not (NO_LATE_GRANT is not asserted there: a release that
+ *    deletes the row drops its records, as an admin's delete does).
  *  - REUSE_OWNER: one owner id for all acquisitions of a client. A delayed release of an
  *    acquisition that failed ambiguously frees the client's later grant, and another client is
  *    granted while it holds.
@@ -87,7 +105,7 @@
  *    commits are durable; tests/conformance/postgres_integration_test.cpp shows it for real).
  *
  * Bound: every run is finite (at most A0 + A1 acquisitions of at most TRIES tries of at most
- * PLACEHOLDER_RUNS runs, each statement runs at most once, at most one crash, DELETES deletes
+ * PLACEHOLDER_RUNS runs, each statement (acquire or release) runs at most once, at most one crash, DELETES deletes
  * and STEPS clock steps), so the search is exhaustive within DEPTH; scripts/model-check.sh
  * passes -m DEPTH and fails if pan reports it too small.
  */
@@ -121,6 +139,10 @@
 #endif
 #endif
 #define CLIENTS 2
+/* NO_LATE_GRANT is asserted where no row is ever deleted (or when asked to). */
+#if (DELETES == 0 && !defined(DELETE_ON_RELEASE)) || defined(ASSERT_NO_LATE_GRANT)
+#define CHECK_LATE 1
+#endif
 #define NATT (A0 + A1) /* acquisition ids 1..NATT; 0 = none */
 #define FIRST(c) ((c) == 0 -> 1 : A0 + 1)
 #define ATTEMPTS(c) ((c) == 0 -> A0 : A1)
@@ -150,6 +172,9 @@ bool row = 0;      /* it exists */
 byte row_att = 0;  /* the acquisition whose grant it holds (owner = VAL(row_att)); 0 none */
 bool row_live = 0; /* expires_at > clock_timestamp() */
 byte seq = 0;      /* fencelock_tokens: the last value drawn */
+/* The row's `released` map: rec[a] = the number of the run of acquisition a recorded there, 0
+ * none (an acquisition releases at most one run as unknown: it ends there). */
+byte rec[NATT + 1];
 
 #ifdef ASYNC_COMMIT
 /* The state as of the last WAL flush: what a crash comes back with. */
@@ -157,16 +182,29 @@ bool d_row = 0;
 byte d_row_att = 0;
 bool d_row_live = 0;
 byte d_seq = 0;
+byte d_rec[NATT + 1];
 bool crashed = 0;
+#if NATT == 4
+#define REC_DIRTY (d_rec[1] != rec[1] || d_rec[2] != rec[2] || d_rec[3] != rec[3] || d_rec[4] != rec[4])
+#elif NATT == 3
+#define REC_DIRTY (d_rec[1] != rec[1] || d_rec[2] != rec[2] || d_rec[3] != rec[3])
+#elif NATT == 2
+#define REC_DIRTY (d_rec[1] != rec[1] || d_rec[2] != rec[2])
+#else
+#define REC_DIRTY 1
+#endif
 #endif
 
 /* Statements in flight, per acquisition (one at a time: a try starts after the previous try's
  * answer was read, and an acquisition that ended ambiguously makes no more). */
 byte stmt[NATT + 1]; /* 0 none; 1 sent; 2 (VALUES_TOKEN) its VALUES nextval() drawn */
+byte stmt_run[NATT + 1]; /* its run id: the number of the run within acquisition a (1, 2, ..) */
 #ifdef VALUES_TOKEN
 byte stmt_v[NATT + 1]; /* that VALUES token */
 #endif
 bool rel[NATT + 1]; /* lease_release.sql with this acquisition's owner id */
+bool relu[NATT + 1];     /* lease_release_unknown.sql with its owner id and the run id: */
+byte relu_run[NATT + 1]; /* the number of that run */
 
 /* Answers that came while the client still waits for them. */
 bool waiting[NATT + 1];
@@ -189,21 +227,62 @@ byte holding[CLIENTS];          /* the acquisition whose grant the client holds,
 byte max_done = 0;              /* the largest token of the grants completed so far */
 byte done_at_grant[NATT + 1];   /* max_done when the server granted acquisition a */
 int tokens_granted = 0;         /* bit t: token t was granted (and seen) */
+bool late[NATT + 1];            /* the release of a's run in flight has run: the run is late */
 
-/* Acquisition a has ended (failed, or its grant was released): nobody holds its grant. */
-inline retire(a) {
+/* Acquisition a has ended: nobody holds its grant. */
+inline forget(a) {
   live[a] = 0;
   over[a] = 0;
   usurped[a] = 0;
   waiting[a] = 0;
   answer[a] = 0;
   answer_tok[a] = 0;
-  done_at_grant[a] = 0;
+  done_at_grant[a] = 0
+}
+
+/* It failed, or its grant was released (lease_release.sql, when sent). */
+inline retire(a) {
+  forget(a);
 #ifdef SEND_RELEASES
   rel[a] = 1
 #else
   skip
 #endif
+}
+
+/* Its try ended without an answer in time: lease_release_unknown.sql with the id of the run
+ * it sent last (always sent: the record matters). Every earlier run of a has executed (its
+ * answer was read) and a sends no more, so that run is the only one of a that a record can still
+ * meet: its number is renamed to 1 here, in the statement (if it has not run yet) and in the
+ * release alike. A renaming of one id everywhere changes no comparison; it keeps the number of
+ * the run from multiplying the states after its client has moved on. */
+inline retire_unknown(a) {
+  forget(a);
+  if
+  :: stmt[a] != 0 -> stmt_run[a] = 1
+  :: else -> skip
+  fi;
+  relu[a] = 1;
+  relu_run[a] = 1
+}
+
+/* The server grants acquisition a (NO_LATE_GRANT: not after the release of this run). */
+inline check_late(a) {
+#ifdef CHECK_LATE
+  assert(!late[a])
+#else
+  skip
+#endif
+}
+
+/* The row is deleted: its `released` records go with it. */
+inline drop_records() {
+  t = 1;
+  do
+  :: t <= NATT -> rec[t] = 0; t++
+  :: else -> break
+  od;
+  t = 0
 }
 
 /* The server grants acquisition a the token t: the row holds its grant, unexpired. */
@@ -237,9 +316,12 @@ inline resolve(a) {
      :: waiting[a] -> answer[a] = 3
      :: else -> skip
      fi
-  :: row && !row_live -> seq++; t = seq; grant_row(a)
-  :: else -> held(a)
+  :: row && !row_live && rec[a] != stmt_run[a] -> check_late(a); seq++; t = seq; grant_row(a)
+  :: else -> held(a) /* unexpired, or this run is recorded as released */
   fi;
+  stmt_run[a] = 0;
+  rec[a] = 0; /* no other run of a can come: its record would refuse nothing (not kept) */
+  late[a] = 0;
   t = 0
 }
 #else
@@ -249,11 +331,14 @@ inline resolve(a) {
 inline resolve(a) {
   stmt[a] = 0;
   if
-  :: !row -> t = stmt_v[a]; row = 1; grant_row(a)
-  :: row && !row_live -> seq++; t = seq; grant_row(a)
+  :: !row -> check_late(a); t = stmt_v[a]; row = 1; grant_row(a)
+  :: row && !row_live && rec[a] != stmt_run[a] -> check_late(a); seq++; t = seq; grant_row(a)
   :: else -> held(a)
   fi;
   stmt_v[a] = 0;
+  stmt_run[a] = 0;
+  rec[a] = 0; /* no other run of a can come: its record would refuse nothing (not kept) */
+  late[a] = 0;
   t = 0
 }
 #endif
@@ -278,6 +363,7 @@ inline release_stmt(a) {
   :: row && row_att != 0 && VAL(row_att) == VAL(a) ->
 #ifdef DELETE_ON_RELEASE
      row = 0;
+     drop_records();
 #endif
      /* (a holder whose row this frees still holds it, as far as it knows) */
      row_att = 0;
@@ -286,15 +372,41 @@ inline release_stmt(a) {
   fi
 }
 
+/* lease_release_unknown.sql: INSERT the expired placeholder with the record where the row is
+ * missing; ON CONFLICT lock the row, free it where it holds this owner's grant, and record the
+ * run id. NO_RELEASED_RECORD: no record. */
+inline release_unknown_stmt(a) {
+  relu[a] = 0;
+  if
+  :: !row -> row = 1 /* expired, nobody's */
+  :: row && row_att != 0 && VAL(row_att) == VAL(a) -> row_att = 0; row_live = 0
+  :: else -> skip
+  fi;
+  if
+  :: stmt[a] != 0 ->
+#ifndef NO_RELEASED_RECORD
+     rec[a] = relu_run[a];
+#endif
+#ifdef CHECK_LATE
+     late[a] = 1; /* the run it released is still to come (observer) */
+#endif
+     skip
+  :: else -> skip /* the run has executed: a record would refuse nothing (not kept) */
+  fi;
+  relu_run[a] = 0
+}
+
 #ifdef VALUES_TOKEN
 #define RUN(A) \
   :: atomic { stmt[A] == 1 -> seq++; stmt_v[A] = seq; stmt[A] = 2 } \
   :: atomic { stmt[A] == 2 -> resolve(A) } \
-  :: atomic { rel[A] -> release_stmt(A) }
+  :: atomic { rel[A] -> release_stmt(A) } \
+  :: atomic { relu[A] -> release_unknown_stmt(A) }
 #else
 #define RUN(A) \
   :: atomic { stmt[A] == 1 -> resolve(A) } \
-  :: atomic { rel[A] -> release_stmt(A) }
+  :: atomic { rel[A] -> release_stmt(A) } \
+  :: atomic { relu[A] -> release_unknown_stmt(A) }
 #endif
 
 proctype Server() {
@@ -324,7 +436,7 @@ end:
      }
 #if DELETES > 0
   /* An admin's DELETE FROM fencelock_leases WHERE name = K. */
-  :: atomic { deletes < DELETES && row -> deletes++; usurp_row(); row = 0 }
+  :: atomic { deletes < DELETES && row -> deletes++; usurp_row(); row = 0; drop_records() }
 #endif
 #if STEPS > 0
   /* The server's clock steps forward: the unexpired row counts as expired now. */
@@ -333,8 +445,15 @@ end:
 #ifdef ASYNC_COMMIT
   /* The WAL writer flushes: everything committed so far is durable. */
   :: atomic {
-       d_row != row || d_row_att != row_att || d_row_live != row_live || d_seq != seq ->
-       d_row = row; d_row_att = row_att; d_row_live = row_live; d_seq = seq
+       d_row != row || d_row_att != row_att || d_row_live != row_live || d_seq != seq ||
+       REC_DIRTY ->
+       d_row = row; d_row_att = row_att; d_row_live = row_live; d_seq = seq;
+       t = 1;
+       do
+       :: t <= NATT -> d_rec[t] = rec[t]; t++
+       :: else -> break
+       od;
+       t = 0
      }
   /* An immediate shutdown (a crash) and restart: the unflushed commits are gone, and so is
    * every connection with its statements. The clients' validities run on their own clocks. */
@@ -346,10 +465,15 @@ end:
        do
        :: t <= NATT ->
           stmt[t] = 0;
+          stmt_run[t] = 0;
 #ifdef VALUES_TOKEN
           stmt_v[t] = 0;
 #endif
           rel[t] = 0;
+          relu[t] = 0;
+          relu_run[t] = 0;
+          late[t] = 0;
+          rec[t] = d_rec[t];
           t++
        :: else -> break
        od;
@@ -377,7 +501,12 @@ end:
      do
      :: /* LeaseBackend::try_acquire: run(lease_acquire.sql) under io_timeout; the validity
          * runs from `sent` */
-        atomic { tries++; waiting[a] = 1; stmt[a] = 1 }
+        atomic {
+          tries++;
+          waiting[a] = 1;
+          stmt[a] = 1;
+          stmt_run[a] = (tries - 1) * PLACEHOLDER_RUNS + runs + 1 /* a fresh run id */
+        }
         /* The answer, or a timeout at a moment of the model's choosing (an answer that came
          * may be missed: the deadline passed first). */
         atomic {
@@ -444,8 +573,8 @@ end:
              break
 #endif
           :: true ->
-             /* no answer in time (ambiguous): release by owner id, fail */
-             retire(a);
+             /* no answer in time (ambiguous): lease_release_unknown.sql for this run, fail */
+             retire_unknown(a);
              runs = 0;
              break
           fi

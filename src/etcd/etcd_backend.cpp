@@ -723,23 +723,30 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (!page.more() || page.kvs().empty()) return std::optional<pb::KeyValue>();
       std::int64_t last = page.kvs(page.kvs_size() - 1).create_revision();
       // etcd cuts the sorted range at the limit, so keys that share the page's last create
-      // revision (one Txn that created several keys under NAME/) can lie past the cut: read
-      // all of that revision before moving past it, or such a key of the lock is skipped.
-      pb::RangeRequest tie = request;
-      tie.set_limit(0);
-      tie.set_min_create_revision(last);
-      tie.set_max_create_revision(last);
-      pb::RangeResponse tied;
-      status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
-        return s.kv->Range(&c, tie, &tied);
-      });
-      if (!status.ok()) return to_status(status, "range");
-      if (const pb::KeyValue* kv = first_of_lock(tied, name))
-        return std::optional<pb::KeyValue>(*kv);
+      // revision (one Txn that created several keys under NAME/) can lie past the cut: the next
+      // page starts at that revision again (the keys seen twice failed the filter already).
+      // Only a page that is all one revision would come back the same: then all of that
+      // revision is read at once and the next page starts past it. (Before, the next page
+      // started past the last revision, and such a key of the lock was skipped.)
+      std::int64_t next = last;
+      if (page.kvs(0).create_revision() == last) {
+        pb::RangeRequest tie = request;
+        tie.set_limit(0);
+        tie.set_min_create_revision(last);
+        tie.set_max_create_revision(last);
+        pb::RangeResponse tied;
+        status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+          return s.kv->Range(&c, tie, &tied);
+        });
+        if (!status.ok()) return to_status(status, "range");
+        if (const pb::KeyValue* kv = first_of_lock(tied, name))
+          return std::optional<pb::KeyValue>(*kv);
+        next = descending ? last - 1 : last + 1;
+      }
       if (descending) {
-        request.set_max_create_revision(last - 1);
+        request.set_max_create_revision(next);
       } else {
-        request.set_min_create_revision(last + 1);
+        request.set_min_create_revision(next);
       }
     }
   }
