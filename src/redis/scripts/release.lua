@@ -18,7 +18,9 @@ if ARGV[2] == '1' then
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
-if ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == ARGV[3] then
+-- GET through pcall: a lock key someone replaced with another type is not this value's (a
+-- WRONGTYPE error reply would have the release sent again for the tombstone's whole life).
+if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1], KEYS[2])
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if head then
