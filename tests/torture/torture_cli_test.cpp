@@ -237,15 +237,18 @@ TEST(TortureCli, ServerKillWithoutPersistenceKeepsTokensMonotonicOnRedisAndRedlo
 }
 
 nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mode,
-                                int expected_exit) {
+                                int expected_exit, const std::string& ttl = "2s",
+                                const std::string& duration = "20s") {
   std::vector<std::string> args = {"torture",
                                    "--backend",
                                    pair.uri() + "&mode=" + mode,
                                    "--json",
                                    "--workers",
                                    "3",
+                                   "--ttl",
+                                   ttl,
                                    "--duration",
-                                   "20s",
+                                   duration,
                                    "--faults",
                                    "failover",
                                    "--server-control",
@@ -261,9 +264,12 @@ nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mod
 // and the standby was promoted). Asynchronous replication, which fencelock does not support
 // (docs/PROTOCOLS.md): the standby's token sequence is behind what was granted, and the tester
 // must say UNSAFE with repeated tokens. Synchronous: nothing committed is lost, SAFE.
+// A repeat needs more tokens drawn in the stall than a sequence logs ahead (32). Lease mode
+// draws a token per grant only (no longer per attempt), about 4 grants a second here: a 4 s
+// TTL makes the stall 16 s (with 2 s, about 32 grants: the CI run that saw none).
 TEST(TortureCli, AFailoverToALaggingAsynchronousStandbyRepeatsTokensAndIsCaught) {
   PostgresPair pair(/*synchronous=*/false);
-  auto r = torture_failover(pair, "lease", 1);
+  auto r = torture_failover(pair, "lease", 1, "4s", "40s");
   EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("token_violations", 0), 0) << r.dump();
   EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << r.dump();

@@ -421,9 +421,11 @@ class Orchestrator {
     } else if (kind == "failover") {
       // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
       // standby promoted (PROGRAM failover PORT LAG): with asynchronous replication the standby
-      // lacks the commits of the stall. 4 TTL is long enough for the workers to draw more
-      // tokens than a PostgreSQL sequence logs ahead (32), so that a lost commit can show as a
-      // repeated token. Once per run: the old primary stays down.
+      // lacks the commits of the stall. A lost commit shows as a repeated token only when the
+      // workers drew more tokens in the stall than a PostgreSQL sequence logs ahead (32): each
+      // grant draws one (lease mode draws none for a refused attempt), so 4 TTL must hold more
+      // than 32 grants (a TTL of 4 s at a few grants a second). Once per run: the old primary
+      // stays down.
       const HostPort& primary = servers_.front();
       const bool failed_over = control_.run(
           {"failover", std::to_string(primary.port),
