@@ -108,17 +108,18 @@ class AdvisoryBackend final : public Backend {
       holding = it->second;
       held_.erase(it);
     }
-    // The holding session may be busy (a try or health check on it). Past the deadline the
+    // The holding session may be busy (a try or health check on it): the release waits for it
+    // ahead of any try (SessionPool::checkout_this). Past the deadline the
     // unlock is left with the session, run when it is next checked in: never forgotten, but not
     // done yet, and the caller is told so (an OK release leaves the key free for the next
     // acquisition; before, it returned OK).
     Clock::time_point until = deadline;
     for (;; until = Clock::now() + options_.io_timeout) {
       Status ready = sessions_.checkout_this(holding.session, until);
-      if (ready.code() == Code::kUnavailable) return freed_with_session(holding, owner);
+      if (ready.code() == Code::kUnavailable) return freed_with_session(holding, owner, deadline);
       if (ready.ok()) break;
       if (sessions_.defer_unlock(holding.session, holding.key, holding.shared)) {
-        if (sessions_.closed(holding.session)) return freed_with_session(holding, owner);
+        if (sessions_.closed(holding.session)) return freed_with_session(holding, owner, deadline);
         return Status(Code::kDeadlineExceeded,
                       "the PostgreSQL session holding the advisory lock stayed busy past the "
                       "release's deadline: the unlock runs as soon as its statement ends, and "
@@ -130,7 +131,7 @@ class AdvisoryBackend final : public Backend {
     // only once the server ends that session (a stopped or cut-off server keeps it): not OK.
     finish(holding.session, !unlocked);
     if (unlocked) return Status::Ok();
-    return freed_with_session(holding, owner);
+    return freed_with_session(holding, owner, deadline);
   }
 
   Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
@@ -169,9 +170,12 @@ class AdvisoryBackend final : public Backend {
   // The session that held the lock was closed by this Client (a statement on it got no answer,
   // or could not be brought back: lost() fired). The server frees the lock when it ends that
   // session: at once when its server process runs and reads the close, later when it is stopped
-  // or cut off. OK only when the server shows the lock gone (asked on another session).
-  Status freed_with_session(const Holding& holding, const OwnerId& owner) {
+  // or cut off. OK only when the server shows the lock gone (asked on another session, within
+  // the release's deadline: a destructor's release_timeout bounds this too).
+  Status freed_with_session(const Holding& holding, const OwnerId& owner,
+                            Clock::time_point deadline) {
     auto r = run_any(
+        deadline,
         "SELECT EXISTS (SELECT 1 FROM fencelock_advisory_holders h JOIN pg_locks l ON "
         "l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND l.objsubid = 1 AND "
         "l.classid = ((h.key >> 32) & 4294967295)::oid AND l.objid = (h.key & 4294967295)::oid "
@@ -407,7 +411,11 @@ class AdvisoryBackend final : public Backend {
   }
 
   Result<ResultPtr> run_any(const std::string& sql, const std::vector<std::string>& params) {
-    const Clock::time_point deadline = Clock::now() + options_.io_timeout;
+    return run_any(Clock::now() + options_.io_timeout, sql, params);
+  }
+  Result<ResultPtr> run_any(Clock::time_point deadline, const std::string& sql,
+                            const std::vector<std::string>& params) {
+    if (Clock::now() >= deadline) return Status(Code::kDeadlineExceeded, "no time left");
     auto session = sessions_.checkout(SessionPool::Need::kAny, 0, deadline);
     if (!session.ok()) return session.status();
     bool broken = false;
