@@ -232,6 +232,24 @@ TEST(Guardian, KillsTheCommandAtItsDeadlineWhenTheSupervisorDoesNotRun) {
       << "the guardian did not exit when stood down";
 }
 
+// stand_down() returns once the guardian has exited: until then it may still be in a kill
+// round, signalling every child of this process (under ASan it killed the leak checker's tracer
+// as the test exited, and the test process stayed stopped until ctest's timeout).
+TEST(Guardian, StandDownReturnsOnceTheGuardianHasExited) {
+  Fixture f;
+  ASSERT_TRUE(f.signals.ok());
+  const pid_t pid = f.spawn(kStubborn);
+  ASSERT_GT(pid, 0);
+  f.guardian.set_deadlines(Guardian::kNever, Clock::now() + 100ms);
+  f.guardian.arm(pid);
+  ASSERT_TRUE(f.reap_within(pid, 10s).has_value()) << "the guardian did not kill the command";
+  const pid_t guardian = f.guardian.pid();
+  ASSERT_GT(guardian, 1);
+  f.guardian.stand_down();
+  const char state = state_of(guardian);
+  EXPECT_TRUE(state == '?' || state == 'Z') << "the guardian still runs (state " << state << ")";
+}
+
 // The command arms the guardian before it runs: a supervisor stopped right after fork() (before
 // it could arm the guardian itself) leaves no command unguarded.
 TEST(Guardian, TheCommandArmsItBeforeItRuns) {

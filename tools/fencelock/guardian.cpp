@@ -62,6 +62,8 @@ namespace {
 // does not wait for it for ever).
 constexpr std::int64_t kRekillNs = 20'000'000;
 constexpr int kRoundsAfterFencelock = 50;
+// How long stand_down() waits for the guardian to exit (it finishes a kill round first).
+constexpr std::int64_t kStandDownWaitNs = 2'000'000'000;
 
 // Closes every descriptor but `a` and `b`.
 void close_all_but(int a, int b) {
@@ -352,6 +354,19 @@ void Guardian::stand_down() {
   ssize_t ignored = ::write(control_.get(), &done, 1);
   (void)ignored;
   control_.reset();
+  // The guardian reads the byte between two kill rounds; until it has exited it may still
+  // signal the owner's children, which by then can be other processes of ours (a sanitizer's
+  // leak checker clones a tracer at exit: killed there, it left this process stopped for good).
+  if (!exit_.valid()) return;
+  const std::int64_t give_up = now_ns() + kStandDownWaitNs;
+  for (;;) {
+    const std::int64_t left = give_up - now_ns();
+    if (left <= 0 || !wait_readable(exit_.get(), left)) return;
+    char byte = 0;
+    const ssize_t n = ::read(exit_.get(), &byte, 1);
+    if (n == 0) return;  // end of file: the guardian has exited
+    if (n < 0 && errno != EINTR && errno != EAGAIN) return;
+  }
 }
 
 }  // namespace fencelock::cli

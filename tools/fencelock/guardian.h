@@ -87,7 +87,9 @@ class Guardian {
   // What the guardian did: sent SIGTERM at term_at; sent SIGKILL at kill_at.
   bool sent_sigterm() const;
   bool killed_at_deadline() const;
-  // The tree is gone: the guardian exits without killing anything.
+  // The tree is gone: the guardian exits without killing anything more. Returns once it has
+  // exited (end of file on exit_fd()), or after 2 s: it may be in a kill round, and until it
+  // exits it signals every child of this process.
   void stand_down();
 
   // The deadlines and flags both processes see (guardian.cpp).
