@@ -46,6 +46,12 @@
  *    holders learn it at the next renewal round, after the next waiter may be granted (the gap
  *    docs/PROTOCOLS.md states), so such a holder counts as usurped for MUTEX, not for ORDER.
  *  - Client crashes: a thread that takes no further step; a holder may keep its grant forever.
+ *  - sweep_ghosts(): a create without an answer may be applied after its acquisition gave up
+ *    (a stray, above), when nothing holds the slot: the key it writes would block the lock
+ *    while the session lives. Every such create marks its session (ghost); the Renewer, before
+ *    a keep-alive, reads the own key of a marked session whose slot is free, and compare-deletes
+ *    the revision it found if the slot stayed free and was not taken in between (its take
+ *    count unchanged). Reads that find no key change nothing and are left out.
  *
  * Abstracted away: renewals that succeed (time is abstracted: a session may end at any moment
  * regardless), the renewal round's own-key checks (they only report lost leases, which MUTEX
@@ -59,6 +65,9 @@
  *    grants share a token.
  *  - MUTEX: no other thread holds a grant that is not over (released, its session ended) or
  *    usurped (its key deleted by someone else).
+ *  - NO_ORPHAN (checked when nothing can move any more: every thread done, no late request
+ *    pending, no retry left to make): no own key exists whose slot is free, i.e. that no grant
+ *    or pending delete of its Client accounts for; it would hold the lock for nobody.
  *
  * Variants, each a real defect; each must be caught:
  *  - NO_RECHECK: after a wake-up the waiter reads the oldest key but not its own (etcd 3.4's
@@ -75,6 +84,10 @@
  *    later grant on that slot and compare-deletes it with the revision it just read.
  *  - Both at once are the code before this model (it found them): the next waiter is granted
  *    beside the holder whose key went, until that holder's next renewal round.
+ *  - NO_GHOSTS: no sweep (the code before it): a create applied after its acquisition's
+ *    give-up read found no key leaves an orphan (caught with LATE_REQUESTS, by NO_ORPHAN).
+ *  - UNGUARDED_SWEEP: the sweep deletes the key it read without checking that the slot stayed
+ *    free: a read that saw a later grant's key deletes it (caught with LATE_REQUESTS).
  *
  * Bound: every run is finite apart from retried settles (a cycle through the same states) and
  * environment steps (bounded by DEATHS, ADMIN, STRAYS), so the search is exhaustive within
@@ -159,6 +172,8 @@ byte cur[2];
 bool slot[5];
 byte und[5];
 bool settling[5];
+bool ghost[5];  /* a create without an answer was sent on the session (ghosts_) */
+byte takes[5];  /* how often the slot was taken (Ghosts::takes) */
 
 /* Grants: thread th holds one (not over, not usurped), on session hs[th] with token htok[th]. */
 bool hold[THREADS];
@@ -327,11 +342,39 @@ end:
   od
 }
 
-/* renew_all(): settle() before each session's keep-alive. */
+/* sweep_ghosts(session s): read the own key (the guard: one is there, the slot is free);
+ * compare-delete the revision found if the slot stayed free and untaken meanwhile. */
+inline sweep(s) {
+  if
+  :: atomic { true -> found = (kex[s] -> kcr[s] : 0) } /* the read, answered */
+  :: skip                                              /* the read failed */
+  fi;
+  if
+#ifdef UNGUARDED_SWEEP
+  :: found != 0 -> send(CDEL, s, found)
+#else
+  :: atomic { found != 0 && !slot[s] && takes[s] == seen } -> send(CDEL, s, found)
+#endif
+  :: else -> skip
+  fi;
+  found = 0;
+  seen = 0;
+  answered = 0
+}
+
+#ifdef NO_GHOSTS
+#define SWEEP(S)
+#else
+#define SWEEP(S) \
+  :: atomic { ghost[S] && kex[S] && !slot[S] -> s = S; seen = takes[S] }; sweep(s); s = 0
+#endif
+
+/* renew_all(): settle() before each session's keep-alive, then sweep_ghosts(). */
 proctype Renewer() {
   byte j;
   byte pend;
   byte found;
+  byte seen;
   bool answered;
   byte s;
 end:
@@ -340,7 +383,25 @@ end:
   :: atomic { und[2] != 0 -> s = 2 }; settle(s); s = 0
   :: atomic { und[3] != 0 -> s = 3 }; settle(s); s = 0
   :: atomic { und[4] != 0 -> s = 4 }; settle(s); s = 0
+  SWEEP(1)
+  SWEEP(2)
+  SWEEP(3)
+  SWEEP(4)
   od
+}
+
+/* NO_ORPHAN, once nothing can move. The variants that break ORDER or MUTEX are checked for
+ * that alone (without a slot, every key looks unaccounted for). */
+#if defined(NO_SLOT) || defined(CONCURRENT_SETTLE) || defined(UNCOMPARED_DELETE) || \
+    defined(NO_RECHECK)
+#define ORPHAN_CHECK 0
+#else
+#define ORPHAN_CHECK 1
+#endif
+proctype Quiet() {
+  timeout ->
+  assert(!(kex[1] && !slot[1]) && !(kex[2] && !slot[2]) && !(kex[3] && !slot[3]) &&
+         !(kex[4] && !slot[4]))
 }
 
 /* Checks the invariants at thread th's grant of token `own` on session s, and records it. */
@@ -417,7 +478,7 @@ again:
      :: else -> skip
      fi;
      if
-     :: atomic { !slot[s] -> slot[s] = 1 }
+     :: atomic { !slot[s] -> slot[s] = 1; takes[s] = (takes[s] + 1) % 4 }
      :: slot[s] -> goto done /* kLocked (a try, or a wait that ran out); kUnavailable */
      fi;
 #endif
@@ -442,17 +503,17 @@ create:
         found = 0;
         if
         :: answered -> answered = 0; goto create
-        :: else -> own = UNK; goto give_up /* the leftover's delete failed (may have applied) */
+        :: else -> own = UNK; ghost[s] = 1; goto give_up /* the leftover's delete failed */
         fi
      :: atomic {
           lalive[s] && !kex[s] ->
           rev++; kex[s] = 1; kcr[s] = rev; own = rev;
           oldest(hrv); dec = max_done
         }
-     :: atomic { true -> apply(CREATE, s, 0); own = UNK }; goto give_up /* applied, no answer */
-     :: own = UNK; goto give_up                                   /* not applied */
+     :: atomic { true -> apply(CREATE, s, 0); own = UNK; ghost[s] = 1 }; goto give_up /* applied, no answer */
+     :: atomic { true -> own = UNK; ghost[s] = 1 }; goto give_up /* not applied */
      :: atomic { strays < STRAYS && stray_op == 0 ->
-          strays++; stray_op = CREATE; stray_s = s; own = UNK }; goto give_up /* late */
+          strays++; stray_op = CREATE; stray_s = s; own = UNK; ghost[s] = 1 }; goto give_up /* late */
      fi;
      assert(rev < 31);
      /* acquire_on(): the wait loop */
@@ -531,6 +592,10 @@ init {
     cur[1] = 3;
     run Env();
     run Renewer();
+    if
+    :: ORPHAN_CHECK -> run Quiet()
+    :: else -> skip
+    fi;
     run Thread(0);
     run Thread(1);
     run Thread(2)

@@ -68,6 +68,19 @@ struct Held {
   std::string name;
   std::string key;
   std::int64_t revision = 0;
+  std::string value;  // what the create writes into the own key
+};
+
+// The creates of one (session, lock) slot that got no answer: each may still be applied, late
+// (held in the network or in a member's queue past its deadline, or a copy that a failover
+// retry sent), after its acquisition gave up and read that no key was there. Such a key would
+// block the lock while the session lives, with nobody to release it. Every keep-alive of the
+// session first looks for them (sweep_ghosts) until `until`.
+struct Ghosts {
+  std::shared_ptr<Session> session;
+  std::string key;
+  std::vector<std::pair<std::string, Clock::time_point>> values;  // value written, watched until
+  std::uint64_t takes = 0;  // how often the slot was taken since the first ambiguous create
 };
 
 // The grants of one session in a renewal round: the indices of their RenewItems, and their keys.
@@ -534,6 +547,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       }
     }
     slots_.insert(slot);
+    if (auto ghost = ghosts_.find(slot); ghost != ghosts_.end()) ++ghost->second.takes;
     return Status::Ok();
   }
 
@@ -625,8 +639,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return settled;
   }
 
-  // Forgets the undeleted keys of lease `lease` (gone or revoked: they went with it).
+  // Forgets the undeleted keys and the ghosts of lease `lease` (gone or revoked: they went with
+  // it, and no create with it can be applied any more).
   void drop_undeleted_locked(std::int64_t lease) FENCELOCK_REQUIRES(mu_) {
+    std::erase_if(ghosts_, [&](const auto& entry) { return entry.first.first == lease; });
     for (auto it = undeleted_.begin(); it != undeleted_.end();) {
       if (it->first.first != lease) {
         ++it;
@@ -638,6 +654,106 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     slot_cv_.notify_all();
   }
 
+  // How long a create without an answer is looked for: the lock's TTL, at least a minute (as
+  // Redis tombstones live). One that reaches etcd later still can leave a key behind.
+  static constexpr milliseconds kGhostWatch{60'000};
+
+  void remember_ghost(const Held& held) {
+    MutexLock lock(mu_);
+    Ghosts& ghosts = ghosts_[std::make_pair(held.session->id, held.name)];
+    if (!ghosts.session) {
+      ghosts.session = held.session;
+      ghosts.key = held.key;
+    }
+    const Clock::time_point until = Clock::now() + std::max(held.session->ttl, kGhostWatch);
+    for (auto& [value, watched_until] : ghosts.values) {
+      if (value == held.value) {
+        watched_until = std::max(watched_until, until);
+        return;
+      }
+    }
+    ghosts.values.emplace_back(held.value, until);
+  }
+
+  // Deletes the own keys that creates without an answer wrote after their acquisition gave up
+  // (ghosts_): one Txn of reads per kMaxCompares slots, and a compare-create-revision delete per
+  // key found. A key is deleted only if no acquisition of ours took its slot from before the
+  // read until after it (the slot was free and its take count unchanged): then no grant of ours
+  // owns that key, so it is a late create's. A delete that reaches etcd late cannot remove a
+  // later grant's key, which has another create revision. One sweep per session at a time.
+  void sweep_ghosts(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
+    struct Look {
+      std::pair<std::int64_t, std::string> slot;
+      std::string key;
+      std::vector<std::string> values;
+      std::uint64_t takes;
+    };
+    std::vector<Look> looks;
+    {
+      MutexLock lock(mu_);
+      if (sweeping_.contains(session->id)) return;
+      const Clock::time_point now = Clock::now();
+      for (auto it = ghosts_.begin(); it != ghosts_.end();) {
+        Ghosts& ghosts = it->second;
+        std::erase_if(ghosts.values, [&](const auto& v) { return v.second <= now; });
+        if (ghosts.values.empty()) {
+          it = ghosts_.erase(it);
+          continue;
+        }
+        if (ghosts.session == session && !slots_.contains(it->first)) {
+          Look look{it->first, ghosts.key, {}, ghosts.takes};
+          for (const auto& v : ghosts.values) look.values.push_back(v.first);
+          looks.push_back(std::move(look));
+        }
+        ++it;
+      }
+      if (looks.empty()) return;
+      sweeping_.insert(session->id);
+    }
+    for (std::size_t from = 0; from < looks.size(); from += kMaxCompares) {
+      const std::size_t to = std::min(looks.size(), from + kMaxCompares);
+      pb::TxnRequest reads;
+      for (std::size_t i = from; i < to; ++i) {
+        pb::RangeRequest* read = reads.add_success()->mutable_request_range();
+        read->set_key(looks[i].key);
+      }
+      pb::TxnResponse found;
+      grpc::Status status = conn_->call(
+          deadline, [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, reads, &found); });
+      if (!status.ok() || found.responses_size() != static_cast<int>(to - from)) break;
+      for (std::size_t i = from; i < to; ++i) {
+        const auto& range = found.responses(static_cast<int>(i - from)).response_range();
+        if (range.kvs_size() == 0) continue;
+        const pb::KeyValue& kv = range.kvs(0);
+        const Look& look = looks[i];
+        if (kv.lease() != session->id ||
+            std::find(look.values.begin(), look.values.end(), kv.value()) == look.values.end())
+          continue;
+        {
+          MutexLock lock(mu_);
+          auto it = ghosts_.find(look.slot);
+          if (slots_.contains(look.slot) || it == ghosts_.end() || it->second.takes != look.takes)
+            continue;
+        }
+        pb::TxnRequest erase;
+        compare_create_revision(erase, look.key, kv.create_revision());
+        erase.add_success()->mutable_request_delete_range()->set_key(look.key);
+        pb::TxnResponse erased;
+        const grpc::Status deleted = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
+          return s.kv->Txn(&c, erase, &erased);
+        });
+        if (deleted.ok() && erased.succeeded()) {
+          detail::log(LogLevel::kInfo,
+                      "etcd: deleted {} (token {}): a create of an acquisition that had given up "
+                      "reached etcd after it",
+                      look.key, kv.create_revision());
+        }
+      }
+    }
+    MutexLock lock(mu_);
+    sweeping_.erase(session->id);
+  }
+
   // One keep-alive of `session` sent at `sent`, after settle(): kRenewed (etcd answered a TTL),
   // kRejected (the lease is gone) or kUnknown (no answer, or a failed delete is still pending: a
   // keep-alive would keep that key alive too).
@@ -645,6 +761,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                                      Clock::time_point sent) {
     if (!session->dead && !settle(session, sent + options_.io_timeout))
       return RenewOutcome::kUnknown;
+    if (!session->dead) sweep_ghosts(session, sent + options_.io_timeout);
     std::int64_t ttl = 0;
     grpc::Status status = session->dead
                               ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
@@ -760,8 +877,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       compare_create_revision(request, held.key, 0);  // the own key does not exist
       pb::PutRequest* put = request.add_success()->mutable_request_put();
       put->set_key(held.key);
-      put->set_value(call.campaign ? call.metadata
-                                   : encode_value(call.owner.short_hex(), call.metadata));
+      held.value =
+          call.campaign ? call.metadata : encode_value(call.owner.short_hex(), call.metadata);
+      put->set_value(held.value);
       put->set_lease(held.session->id);
       *request.add_success()->mutable_request_range() = first_page(held.name, false);
       request.add_failure()->mutable_request_range()->set_key(held.key);
@@ -848,7 +966,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       }
       // Ambiguous: the Txn may have created the own key. Its revision is unknown, but this
       // acquisition holds the (session, lock) slot, so no other grant of ours can own that key.
-      if (held.revision == 0 && may_have_applied(created)) held.revision = kUnknownRevision;
+      if (held.revision == 0 && may_have_applied(created)) {
+        held.revision = kUnknownRevision;
+        remember_ghost(held);
+      }
       return give_up(call.owner, held, to_status(created, "acquire"));
     }
     {
@@ -958,6 +1079,9 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // its TTL of the failed delete even if it never succeeds.
   std::map<std::pair<std::int64_t, std::string>, Held> undeleted_ FENCELOCK_GUARDED_BY(mu_);
   std::set<std::int64_t> settling_ FENCELOCK_GUARDED_BY(mu_);  // leases a settle() runs for
+  std::map<std::pair<std::int64_t, std::string>, Ghosts> ghosts_
+      FENCELOCK_GUARDED_BY(mu_);                               // by (lease, lock) slot
+  std::set<std::int64_t> sweeping_ FENCELOCK_GUARDED_BY(mu_);  // leases a sweep runs for
 };
 
 }  // namespace

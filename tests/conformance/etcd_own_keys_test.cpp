@@ -5,7 +5,9 @@
 //    stops, and the Client's other locks on the same session carry on;
 //  - its release gets no answer (every connection reset while the delete is sent): while the
 //    Client's other locks keep the session lease alive, the key must still be gone within its
-//    TTL of the failed release, so that the next client is granted.
+//    TTL of the failed release, so that the next client is granted;
+//  - its create gets no answer and is applied after the acquisition gave up: the key it wrote
+//    must be gone within a renewal round, though the session lives on.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "fencelock/client.h"
+#include "support/delay_proxy.h"
 #include "support/etcd_cluster.h"
 #include "support/lost_probe.h"
 #include "support/process.h"
@@ -31,6 +36,20 @@ using torture::FaultProxy;
 using torture::NetworkFault;
 
 long long ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+// The port of "127.0.0.1:PORT".
+std::uint16_t port_of(const std::string& endpoint) {
+  return static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
+// The cluster's revision now (etcdctl's JSON header).
+std::int64_t revision_of(EtcdCluster& cluster) {
+  const std::string json = cluster.etcdctl({"get", "no-such-key", "-w", "json"});
+  const std::string field = "\"revision\":";
+  const auto at = json.find(field);
+  if (at == std::string::npos) throw std::runtime_error("no revision in: " + json);
+  return std::stoll(json.substr(at + field.size()));
+}
 
 class EtcdOwnKeys : public ::testing::Test {
  protected:
@@ -114,6 +133,56 @@ TEST_F(EtcdOwnKeys, AKeyWhoseReleaseFailedIsGoneWithinItsTtlWhileOtherLocksKeepT
                          << (kept->is_lost() ? " (and the other lock was lost)" : "");
   EXPECT_LT(Clock::now() - failed_at, ttl + 1s)
       << "granted only " << ms(Clock::now() - failed_at) << " ms after the failed release";
+  EXPECT_FALSE(kept->is_lost()) << "the session was not kept alive: this test proves nothing";
+  EXPECT_TRUE(kept->release().ok());
+  EXPECT_TRUE(next->release().ok());
+}
+
+// A create without an answer can be applied after its acquisition gave up: here it is held on
+// the way to one member (with the cancel the client sends at its deadline dropped, as when it
+// comes too late), and its retry on the other member ends that connection, so the acquisition
+// gives up; its read of the own key then goes through the other member and finds nothing. When
+// the held create arrives, it writes the own key under the session that the holder's other lock
+// keeps alive: before, that key blocked the lock as long as the session lived, held by nobody.
+TEST_F(EtcdOwnKeys, ACreateAppliedAfterItsAcquisitionGaveUpLeavesNoKeyBehind) {
+  constexpr milliseconds ttl = 9s;
+  const std::string marker = "late-create-1c4d";
+  auto holds = DelayProxy::start(port_of(cluster_->client_endpoint(0)));
+  holds->drop_http2_resets();
+  auto resets = DelayProxy::start(port_of(cluster_->client_endpoint(1)));
+  Client holder = connect(fmt::format("etcd://127.0.0.1:{},127.0.0.1:{}?{}", holds->port(),
+                                      resets->port(), kAcceptDebianEtcd),
+                          {.connect_timeout = 2s, .io_timeout = 400ms});
+  Client other = connect(cluster_->uri());
+  auto kept = holder.acquire(*LockKey::make("keeps-the-session"), {.ttl = ttl});
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+
+  holds->delay(marker, 4s);
+  resets->reset_on(marker);
+  const auto key = *LockKey::make("late-create");
+  auto gave_up =
+      holder.acquire(key, {.ttl = ttl, .metadata = fmt::format(R"({{"note":"{}"}})", marker)});
+  ASSERT_FALSE(gave_up.ok()) << "the create was answered: this test proves nothing";
+  const std::int64_t after = revision_of(*cluster_);
+  ASSERT_GE(holds->held(), 1) << "the create was not held";
+  ASSERT_TRUE(holds->wait_answered_late(1, 15s)) << "the held create never reached etcd";
+  const auto landed = Clock::now();
+
+  auto next = other.acquire(key, {.ttl = ttl, .wait = ttl});
+  ASSERT_TRUE(next.ok()) << "the lock was still held " << ms(Clock::now() - landed)
+                         << " ms after the late create landed: " << next.status().to_string();
+  EXPECT_LT(Clock::now() - landed, ttl / 3 + 2s)
+      << "granted only " << ms(Clock::now() - landed) << " ms after the late create landed";
+  // The late create did write the key after the acquisition had given up.
+  bool written_late = false;
+  const std::int64_t now = revision_of(*cluster_);
+  for (std::int64_t rev = after + 1; rev <= now && !written_late; ++rev) {
+    written_late = cluster_
+                       ->etcdctl({"get", "late-create/", "--prefix", "--print-value-only",
+                                  "--rev=" + std::to_string(rev)})
+                       .find(marker) != std::string::npos;
+  }
+  EXPECT_TRUE(written_late) << "no key of the late create after the acquisition gave up";
   EXPECT_FALSE(kept->is_lost()) << "the session was not kept alive: this test proves nothing";
   EXPECT_TRUE(kept->release().ok());
   EXPECT_TRUE(next->release().ok());

@@ -63,7 +63,39 @@ struct Pair {
   std::deque<Chunk> pending;  // client bytes not yet sent to the server, in order
   bool client_done = false;   // the client closed or reset its side
   int awaiting = 0;           // held chunks sent to the server, not answered yet
+  bool http2 = false;         // client bytes are HTTP/2 frames; RST_STREAM ones are dropped
+  std::string partial;        // HTTP/2: the client bytes of a frame not complete yet
+  bool preface_seen = false;  // HTTP/2: the client's 24-byte connection preface went through
 };
+
+// HTTP/2 with prior knowledge (gRPC without TLS): the client's preface, then frames of a 9-byte
+// header (24-bit length, type, flags, stream id) and a payload. Takes the complete frames out of
+// `pair.partial`, all but RST_STREAM (type 3), which a client sends to cancel a call.
+std::string complete_frames_without_resets(Pair& pair) {
+  constexpr std::size_t kPreface = 24;
+  constexpr std::size_t kHeader = 9;
+  constexpr unsigned char kRstStream = 3;
+  std::string out;
+  std::size_t at = 0;
+  if (!pair.preface_seen) {
+    if (pair.partial.size() < kPreface) return out;
+    out.append(pair.partial, 0, kPreface);
+    at = kPreface;
+    pair.preface_seen = true;
+  }
+  while (pair.partial.size() - at >= kHeader) {
+    const auto byte = [&](std::size_t i) {
+      return static_cast<unsigned char>(pair.partial[at + i]);
+    };
+    const std::size_t length = (static_cast<std::size_t>(byte(0)) << 16) |
+                               (static_cast<std::size_t>(byte(1)) << 8) | byte(2);
+    if (pair.partial.size() - at < kHeader + length) break;
+    if (byte(3) != kRstStream) out.append(pair.partial, at, kHeader + length);
+    at += kHeader + length;
+  }
+  pair.partial.erase(0, at);
+  return out;
+}
 
 }  // namespace
 
@@ -116,6 +148,8 @@ std::unique_ptr<DelayProxy> DelayProxy::start(std::uint16_t target_port) {
             Pair& pair = storage.emplace_back();
             pair.client = client;
             pair.server = server;
+            std::lock_guard<std::mutex> lock(p->mu_);
+            pair.http2 = p->drop_resets_;
           }
         }
       }
@@ -130,7 +164,23 @@ std::unique_ptr<DelayProxy> DelayProxy::start(std::uint16_t target_port) {
             continue;
           }
           std::string bytes(buf, static_cast<std::size_t>(n));
+          if (pair->http2) {
+            pair->partial += bytes;
+            bytes = complete_frames_without_resets(*pair);
+            if (bytes.empty()) continue;
+          }
           std::lock_guard<std::mutex> lock(p->mu_);
+          if (!p->reset_marker_.empty() && bytes.find(p->reset_marker_) != std::string::npos) {
+            // Nothing of it reaches the server: both sides are closed at once.
+            ::close(pair->client);
+            pair->client = -1;
+            ::close(pair->server);
+            pair->server = -1;
+            pair->pending.clear();
+            p->resets_++;
+            p->changed_.notify_all();
+            continue;
+          }
           const bool match = !p->marker_.empty() && bytes.find(p->marker_) != std::string::npos;
           Clock::time_point due = Clock::now();
           if (match) {
@@ -213,6 +263,21 @@ int DelayProxy::answered_late() const {
 bool DelayProxy::wait_answered_late(int n, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   return changed_.wait_for(lock, timeout, [&] { return answered_late_ >= n; });
+}
+
+void DelayProxy::reset_on(std::string marker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reset_marker_ = std::move(marker);
+}
+
+int DelayProxy::resets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resets_;
+}
+
+void DelayProxy::drop_http2_resets() {
+  std::lock_guard<std::mutex> lock(mu_);
+  drop_resets_ = true;
 }
 
 int DelayProxy::held() const {

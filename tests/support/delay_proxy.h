@@ -43,6 +43,19 @@ class DelayProxy {
   // How many reads were held so far.
   int held() const;
 
+  // From now on, a client read that contains `marker` ends its connection: nothing of it
+  // reaches the target, and both sides are closed at once (an empty marker: none). The client
+  // sees its connection reset and can connect again.
+  void reset_on(std::string marker);
+  // How many connections reset_on() ended.
+  int resets() const;
+
+  // For connections accepted from now on: the client speaks HTTP/2 without TLS (gRPC), and
+  // its RST_STREAM frames are dropped, so that a call the client gave up on (it sends one at
+  // its deadline) still runs when its held request reaches the target late, as it does when
+  // the cancel is lost or comes after the server began the call.
+  void drop_http2_resets();
+
  private:
   DelayProxy() = default;
 
@@ -55,6 +68,9 @@ class DelayProxy {
   std::chrono::milliseconds delay_{0};
   int held_ = 0;
   int answered_late_ = 0;
+  std::string reset_marker_;
+  int resets_ = 0;
+  bool drop_resets_ = false;
   std::thread thread_;
 };
 
