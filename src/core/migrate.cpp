@@ -1,7 +1,9 @@
 #include "fencelock/migrate.h"
 
 #include "core/uri.h"
+#include "etcd/etcd_backend.h"
 #include "postgres/postgres_backend.h"
+#include "redis/redis_backend.h"
 
 namespace fencelock {
 
@@ -13,7 +15,16 @@ Result<std::vector<std::string>> migrate(std::string_view uri, const ClientOptio
   if (!parsed.ok()) return parsed.status();
   const std::string& scheme = parsed->scheme;
   if (!detail::known_scheme(scheme)) return detail::unknown_scheme(scheme);
-  return std::vector<std::string>{};  // no other backend has a schema
+  // No other backend has a schema; the URI is still checked as connect() would, so that a
+  // mistake in it is found here too.
+  if (scheme == "redis" || scheme == "redlock") {
+    auto checked = detail::make_redis_backend(*parsed, options, /*check_only=*/true);
+    if (!checked.ok()) return checked.status();
+  } else if (scheme == "etcd" || scheme == "etcds") {
+    auto checked = detail::make_etcd_backend(uri, options, /*check_only=*/true);
+    if (!checked.ok()) return checked.status();
+  }
+  return std::vector<std::string>{};
 }
 
 }  // namespace fencelock

@@ -153,7 +153,7 @@ bool known_scheme(std::string_view scheme) {
 Status unknown_scheme(std::string_view scheme) {
   return Status(Code::kInvalidArgument,
                 fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, "
-                            "postgres://, etcd:// or memory://)",
+                            "postgres://, postgresql://, etcd://, etcds:// or memory://)",
                             scheme));
 }
 

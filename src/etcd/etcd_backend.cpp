@@ -1198,7 +1198,7 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const Pars
 }  // namespace etcd
 
 Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
-                                                   const ClientOptions& options) {
+                                                   const ClientOptions& options, bool check_only) {
   auto parsed = parse_uri(text, 2379);
   if (!parsed.ok()) return parsed.status();
   ParsedUri& uri = *parsed;
@@ -1250,6 +1250,7 @@ Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                               ":// with a user needs a password (user:password@ or "
                                               "FENCELOCK_ETCD_PASSWORD)");
   }
+  if (check_only) return std::unique_ptr<Backend>();
   std::vector<std::string> endpoints;
   for (const auto& endpoint : uri.endpoints) endpoints.push_back(endpoint_text(endpoint));
   auto connection = std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password,

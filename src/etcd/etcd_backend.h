@@ -28,8 +28,10 @@ namespace fencelock::detail {
 // etcds://...?cacert=PATH[&cert=PATH&key=PATH] for TLS (default CA: the system roots).
 // User and password may also come from FENCELOCK_ETCD_USER / FENCELOCK_ETCD_PASSWORD when the URI
 // has none. Connects (kUnavailable when no member answers within connect_timeout) and
-// authenticates when credentials are given (kUnauthenticated when refused).
+// authenticates when credentials are given (kUnauthenticated when refused). With `check_only`,
+// returns a null backend once the URI is found valid (TLS files read), connecting to nothing.
 Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
-                                                   const ClientOptions& options);
+                                                   const ClientOptions& options,
+                                                   bool check_only = false);
 
 }  // namespace fencelock::detail

@@ -214,6 +214,16 @@ Status to_status(const grpc::Status& status, std::string_view what) {
       return Status(Code::kUnauthenticated, message + kCredentialAdvice);
     case grpc::StatusCode::PERMISSION_DENIED:
       return Status(Code::kPermissionDenied, message);
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      if (status.error_message().find("authentication is not enabled") != std::string::npos) {
+        return Status(Code::kInvalidArgument,
+                      message +
+                          "; the cluster does not use authentication, but a user and password "
+                          "were given (in the URI or FENCELOCK_ETCD_USER / "
+                          "FENCELOCK_ETCD_PASSWORD): remove them, or enable authentication "
+                          "(etcdctl auth enable)");
+      }
+      return Status(Code::kInternal, message);
     case grpc::StatusCode::INVALID_ARGUMENT:
       if (status.error_message().find("authentication failed") != std::string::npos) {
         return Status(Code::kUnauthenticated, message + kCredentialAdvice);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <libpq-fe.h>
 
 #include "core/uri.h"
 
@@ -55,6 +56,31 @@ std::string missing_keepalives(std::string_view kept) {
   return out;
 }
 
+// Parameters of a libpq URI's query whose values are secrets.
+bool secret_parameter(std::string_view name) {
+  return name == "password" || name == "sslpassword";
+}
+
+// libpq's parse of the URI, run here on a copy without secrets (no password in the user
+// information, "***" for the value of every secret parameter): libpq quotes the whole URI in
+// some of its errors ('end of string reached when looking for matching "]"', 'invalid
+// percent-encoded token'), and what it quotes must not hold a password. The secrets themselves
+// cannot make the real URI malformed: the password goes back percent-encoded, and a value is
+// any text up to the next '&'.
+Status check_with_libpq(const std::string& without_secrets) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(without_secrets.c_str(), &error);
+  if (parsed != nullptr) {
+    PQconninfoFree(parsed);
+    return Status::Ok();
+  }
+  std::string why = error != nullptr ? error : "libpq could not parse it";
+  PQfreemem(error);
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+  if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+  return Status(Code::kInvalidArgument, fmt::format("malformed backend URI: {}", why));
+}
+
 }  // namespace
 
 Result<PostgresUri> split_postgres_uri(std::string_view uri) {
@@ -99,6 +125,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   }
   if (Status st = check_host_count(base.substr(0, base.find('/'))); !st.ok()) return st;
   std::string kept;
+  std::string kept_shown;  // `kept` with the values of secret parameters masked
   while (!query.empty()) {
     auto amp = query.find('&');
     std::string_view pair = query.substr(0, amp);
@@ -126,8 +153,14 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
       out.allow_async_standby = value == "true";
     } else if (!pair.empty()) {
       kept += (kept.empty() ? "?" : "&") + std::string(pair);
+      kept_shown += (kept_shown.empty() ? "?" : "&") +
+                    (secret_parameter(name) ? std::string(name) + "=***" : std::string(pair));
     }
   }
+  const std::string shown_prefix = std::string(uri.substr(0, scheme_end)) +
+                                   (shown_user.empty() ? "" : shown_user + "@");
+  if (Status st = check_with_libpq(shown_prefix + std::string(base) + kept_shown); !st.ok())
+    return st;
   out.conninfo = prefix + std::string(base) + kept + missing_keepalives(kept);
   // Description: the user without the password.
   out.description = std::string(uri.substr(0, scheme_end)) +

@@ -64,6 +64,23 @@ std::string format_command(const std::vector<std::string>& args) {
 
 Status status_from_error_reply(std::string_view text, std::string_view where) {
   auto starts = [&](std::string_view p) { return text.substr(0, p.size()) == p; };
+  auto has = [&](std::string_view p) { return text.find(p) != std::string_view::npos; };
+  // Redis 6+: "ERR AUTH <password> called without any password configured for the default
+  // user"; before 6: "ERR Client sent AUTH, but no password is set".
+  if ((starts("ERR AUTH") && has("without any password configured")) ||
+      starts("ERR Client sent AUTH, but no password is set")) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("{} has no password set, but a password was given (in the URI or "
+                              "FENCELOCK_REDIS_PASSWORD): remove it, or set one on the server "
+                              "(requirepass, or an ACL user)",
+                              where));
+  }
+  if (starts("ERR DB index is out of range") || starts("ERR invalid DB index")) {
+    return Status(Code::kInvalidArgument,
+                  fmt::format("{}: the database number in the URI (/N) is out of range for this "
+                              "server ({}); use one below its `databases` setting (16 by default)",
+                              where, text));
+  }
   if (starts("WRONGPASS") || starts("NOAUTH") || starts("ERR invalid password") ||
       starts("ERR AUTH") || starts("ERR Client sent AUTH")) {
     return Status(Code::kUnauthenticated,

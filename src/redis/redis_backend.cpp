@@ -700,7 +700,8 @@ class RedlockBackend final : public Backend {
 }  // namespace redis
 
 Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
-                                                    const ClientOptions& options) {
+                                                    const ClientOptions& options,
+                                                    bool check_only) {
   using namespace redis;
   const bool redlock = uri.scheme == "redlock";
   if (uri.endpoints.empty()) {
@@ -770,6 +771,7 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
   }
   auto made = connect_specs(uri, options.connect_timeout);
   if (!made.ok()) return made.status();
+  if (check_only) return std::unique_ptr<Backend>();
   std::vector<ConnectSpec> specs = std::move(*made);
   for (ConnectSpec& spec : specs) {
     spec.scripts = {lua::acquire, lua::raise_fence, lua::renew, lua::release, lua::inspect};

@@ -16,8 +16,10 @@
 namespace fencelock::detail {
 
 // Validates the URI (hosts, db number, credentials; password also from FENCELOCK_REDIS_PASSWORD)
-// and connects to every instance. kUnavailable when fewer than a majority answer.
+// and connects to every instance. kUnavailable when fewer than a majority answer. With
+// `check_only`, returns a null backend once the URI is found valid, connecting to nothing.
 Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
-                                                    const ClientOptions& options);
+                                                    const ClientOptions& options,
+                                                    bool check_only = false);
 
 }  // namespace fencelock::detail

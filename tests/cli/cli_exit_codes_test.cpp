@@ -129,13 +129,45 @@ TEST_F(CliExitCodes, UnreachableDefaultBackendSaysSoAndHowToChoose) {
 }
 
 TEST_F(CliExitCodes, MalformedUriGives64) {
-  for (const std::string uri : {"bogus", "redis://127.0.0.1:notaport", "ftp://127.0.0.1:21"}) {
+  // What each error must name: the URI forms where the scheme is missing, the schemes (etcds://
+  // and memory:// among them) for an unknown one, the bad part otherwise, and no list of URI
+  // forms where the scheme was right.
+  const std::pair<std::string, std::vector<std::string>> cases[] = {
+      {"bogus", {"backend URIs look like", "redis://", "etcds://", "memory://"}},
+      {"ftp://127.0.0.1:21", {"unknown backend scheme 'ftp://'", "etcds://", "memory://"}},
+      {"redis://127.0.0.1:notaport", {"port 'notaport'"}}};
+  for (const auto& [uri, names] : cases) {
     auto r = run_cli({"run", "--backend", uri, "k", "--", "touch", marker()});
     EXPECT_EQ(r.exit_code, 64) << uri << ": " << r.stderr_text;
     EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
-    EXPECT_THAT(r.stderr_text, HasSubstr("redis://"));  // shows the URI forms
+    for (const auto& name : names) EXPECT_THAT(r.stderr_text, HasSubstr(name)) << uri;
+    if (uri.find("://") != std::string::npos) {
+      EXPECT_THAT(r.stderr_text, Not(HasSubstr("backend URIs look like"))) << uri;
+    }
     EXPECT_FALSE(file_exists(marker()));
   }
+}
+
+// Mistakes in the URI that only the server can see are usage errors (64) that say what to
+// change: a database number above the server's `databases`, a password for a server that has
+// none (before: 69 "check that the backend is running", and 77 "refused the credentials (ERR)").
+TEST_F(CliExitCodes, AServerThatRefusesTheUrisSettingsIsAUsageErrorThatSaysWhatToChange) {
+  auto db = run_cli({"status", "--backend", server_->uri() + "/99", "k"});
+  EXPECT_EQ(db.exit_code, 64) << db.stderr_text;
+  EXPECT_TRUE(is_one_error_line(db.stderr_text)) << db.stderr_text;
+  EXPECT_THAT(db.stderr_text, HasSubstr("database number"));
+  EXPECT_THAT(db.stderr_text, Not(HasSubstr("running and reachable")));
+
+  const std::string with_password =
+      "redis://:Pw-unneeded@" + server_->uri().substr(std::string("redis://").size());
+  auto password = run_cli({"run", "k", "--", "touch", marker()},
+                          {"FENCELOCK_BACKEND=" + with_password});
+  EXPECT_EQ(password.exit_code, 64) << password.stderr_text;
+  EXPECT_TRUE(is_one_error_line(password.stderr_text)) << password.stderr_text;
+  EXPECT_THAT(password.stderr_text, HasSubstr("has no password set"));
+  EXPECT_THAT(password.stderr_text, Not(HasSubstr("Pw-unneeded")));
+  EXPECT_FALSE(file_exists(marker()));
+  EXPECT_THAT(held_lock_keys(*server_), IsEmpty());
 }
 
 TEST_F(CliExitCodes, EmptyKeyGives64) { expect_usage_error(run_touch(""), "KEY"); }

@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Raw '?', '/' and '@' are what leaked PostgreSQL passwords (issue 13, item 1).
+// Raw '?', '/' and '@' are what leaked PostgreSQL passwords into describe() and metrics labels.
 constexpr const char* kRedisPassword = "Rs-7c1d-secret";
 constexpr const char* kPostgresPassword = "Pg?5e2/b@secret";
 constexpr const char* kWrongPassword = "Wr-90af-secret";
@@ -116,6 +116,59 @@ class CliSecrets : public ::testing::Test {
 
   std::string dir_;
 };
+
+// A malformed URI never reaches a connection, and no library's error about it shows its
+// password: libpq quoted the whole URI in some parse errors ('end of string reached when looking
+// for matching "]"', 'invalid percent-encoded token'), password included, from every command, in
+// both output formats, with exit 69. Each URI here is malformed for its scheme; the password is
+// written raw and percent-encoded (neither form may show), and in the query (password=).
+TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
+  const std::string raw = "Mk3e9fsecret";
+  const std::string encoded = "Mk3e9fsecr%65t";  // decodes to `raw`
+  const std::vector<std::string> uris = {
+      "postgres://u:" + raw + "@[::1/db",
+      "postgresql://u:" + encoded + "@[::1/db",
+      "postgres://u:" + raw + "@h/db?foo=bar",
+      "postgres://u:" + raw + "@h/db?x=%zz",
+      "postgres://u:" + raw + "@h:99999/db",
+      "postgres://u:" + raw + "%zz@h/db",
+      "postgres://u@h/db?password=" + raw + "&x=%zz",
+      "postgres://u:" + raw + "@h/db?mode=bogus",
+      "redis://:" + raw + "@[::1/0",
+      "redis://:" + encoded + "@h:99999",
+      "redis://u:" + raw + "@h:6379/abc",
+      "redis://:" + raw + "@h:6379/0?bogus=1",
+      "redlock://:" + raw + "@h:1,[::1",
+      "redlock://:" + raw + "@h:1,h:99999",
+      "etcd://u:" + raw + "@[::1",
+      "etcd://u:" + encoded + "@h:99999",
+      "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
+      "etcd://u:" + raw + "@h:2379?bogus=1",
+      "bogus://u:" + raw + "@h"};
+  const std::vector<std::vector<std::string>> commands = {
+      {"run", "k", "--", "true"},
+      {"status", "k"},
+      {"list"},
+      {"migrate"},
+      {"bench", "--scenario", "uncontended", "--duration", "1s"},
+      {"torture", "--workers", "1", "--duration", "2s", "--work-dir", dir_ + "/torture"}};
+  Channels channels;
+  for (const auto& uri : uris) {
+    for (const auto& command : commands) {
+      for (bool json : {false, true}) {
+        std::vector<std::string> args = {command[0], "--backend", uri};
+        if (json) args.emplace_back("--json");
+        args.insert(args.end(), command.begin() + 1, command.end());
+        RunResult r = run_cli(args);
+        EXPECT_EQ(r.exit_code, 64) << command[0] << (json ? " --json " : " ") << uri << ": "
+                                   << r.stderr_text;
+        channels.add(fmt::format("{}{} {}", command[0], json ? " --json" : "", uri), r);
+      }
+    }
+  }
+  ASSERT_FALSE(std::filesystem::exists(dir_ + "/torture/history.jsonl")) << "torture ran";
+  expect_nowhere(channels, {raw, encoded});
+}
 
 TEST_F(CliSecrets, ARedisPasswordAppearsInNoOutputChannel) {
   auto server = RedisServer::start(RedisServerOptions{.password = kRedisPassword});

@@ -64,13 +64,17 @@ std::string explain_failure(const Status& status, const BackendChoice& backend) 
 
 std::string explain_connect_failure(const Status& status, const BackendChoice& backend) {
   if (status.code() != Code::kInvalidArgument) return explain_failure(status, backend);
+  const std::string where = backend.source == BackendChoice::Source::kEnvironment
+                                ? fmt::format(" (URI from {})", kBackendEnv)
+                                : "";
+  // The shape of every URI only where the scheme is missing: a known scheme's own error already
+  // says what is wrong with it, and an unknown one lists the schemes.
+  if (backend.uri.find("://") != std::string::npos) return status.to_string() + where;
   return fmt::format(
-      "{}{}; backend URIs look like redis://[user:pass@]HOST:PORT or "
-      "redlock://H1:P1,H2:P2,H3:P3",
-      status.to_string(),
-      backend.source == BackendChoice::Source::kEnvironment
-          ? fmt::format(" (URI from {})", kBackendEnv)
-          : "");
+      "{}{}; backend URIs look like redis://[user:pass@]HOST:PORT, "
+      "redlock://H1:P1,H2:P2,H3:P3, postgres://USER@HOST:PORT/DB, etcd://H1:P1,H2:P2,H3:P3 "
+      "(etcds:// with TLS) or memory://[NAME]",
+      status.to_string(), where);
 }
 
 }  // namespace fencelock::cli
