@@ -57,9 +57,7 @@ std::string missing_keepalives(std::string_view kept) {
 }
 
 // Parameters of a libpq URI's query whose values are secrets.
-bool secret_parameter(std::string_view name) {
-  return name == "password" || name == "sslpassword";
-}
+bool secret_parameter(std::string_view name) { return name == "password" || name == "sslpassword"; }
 
 // libpq's parse of the URI, run here on a copy without secrets (no password in the user
 // information, "***" for the value of every secret parameter): libpq quotes the whole URI in
@@ -157,8 +155,8 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
                     (secret_parameter(name) ? std::string(name) + "=***" : std::string(pair));
     }
   }
-  const std::string shown_prefix = std::string(uri.substr(0, scheme_end)) +
-                                   (shown_user.empty() ? "" : shown_user + "@");
+  const std::string shown_prefix =
+      std::string(uri.substr(0, scheme_end)) + (shown_user.empty() ? "" : shown_user + "@");
   if (Status st = check_with_libpq(shown_prefix + std::string(base) + kept_shown); !st.ok())
     return st;
   out.conninfo = prefix + std::string(base) + kept + missing_keepalives(kept);

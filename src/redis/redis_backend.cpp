@@ -700,8 +700,7 @@ class RedlockBackend final : public Backend {
 }  // namespace redis
 
 Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
-                                                    const ClientOptions& options,
-                                                    bool check_only) {
+                                                    const ClientOptions& options, bool check_only) {
   using namespace redis;
   const bool redlock = uri.scheme == "redlock";
   if (uri.endpoints.empty()) {

@@ -160,8 +160,8 @@ TEST_F(CliExitCodes, AServerThatRefusesTheUrisSettingsIsAUsageErrorThatSaysWhatT
 
   const std::string with_password =
       "redis://:Pw-unneeded@" + server_->uri().substr(std::string("redis://").size());
-  auto password = run_cli({"run", "k", "--", "touch", marker()},
-                          {"FENCELOCK_BACKEND=" + with_password});
+  auto password =
+      run_cli({"run", "k", "--", "touch", marker()}, {"FENCELOCK_BACKEND=" + with_password});
   EXPECT_EQ(password.exit_code, 64) << password.stderr_text;
   EXPECT_TRUE(is_one_error_line(password.stderr_text)) << password.stderr_text;
   EXPECT_THAT(password.stderr_text, HasSubstr("has no password set"));

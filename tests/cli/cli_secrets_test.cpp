@@ -125,26 +125,25 @@ class CliSecrets : public ::testing::Test {
 TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
   const std::string raw = "Mk3e9fsecret";
   const std::string encoded = "Mk3e9fsecr%65t";  // decodes to `raw`
-  const std::vector<std::string> uris = {
-      "postgres://u:" + raw + "@[::1/db",
-      "postgresql://u:" + encoded + "@[::1/db",
-      "postgres://u:" + raw + "@h/db?foo=bar",
-      "postgres://u:" + raw + "@h/db?x=%zz",
-      "postgres://u:" + raw + "@h:99999/db",
-      "postgres://u:" + raw + "%zz@h/db",
-      "postgres://u@h/db?password=" + raw + "&x=%zz",
-      "postgres://u:" + raw + "@h/db?mode=bogus",
-      "redis://:" + raw + "@[::1/0",
-      "redis://:" + encoded + "@h:99999",
-      "redis://u:" + raw + "@h:6379/abc",
-      "redis://:" + raw + "@h:6379/0?bogus=1",
-      "redlock://:" + raw + "@h:1,[::1",
-      "redlock://:" + raw + "@h:1,h:99999",
-      "etcd://u:" + raw + "@[::1",
-      "etcd://u:" + encoded + "@h:99999",
-      "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
-      "etcd://u:" + raw + "@h:2379?bogus=1",
-      "bogus://u:" + raw + "@h"};
+  const std::vector<std::string> uris = {"postgres://u:" + raw + "@[::1/db",
+                                         "postgresql://u:" + encoded + "@[::1/db",
+                                         "postgres://u:" + raw + "@h/db?foo=bar",
+                                         "postgres://u:" + raw + "@h/db?x=%zz",
+                                         "postgres://u:" + raw + "@h:99999/db",
+                                         "postgres://u:" + raw + "%zz@h/db",
+                                         "postgres://u@h/db?password=" + raw + "&x=%zz",
+                                         "postgres://u:" + raw + "@h/db?mode=bogus",
+                                         "redis://:" + raw + "@[::1/0",
+                                         "redis://:" + encoded + "@h:99999",
+                                         "redis://u:" + raw + "@h:6379/abc",
+                                         "redis://:" + raw + "@h:6379/0?bogus=1",
+                                         "redlock://:" + raw + "@h:1,[::1",
+                                         "redlock://:" + raw + "@h:1,h:99999",
+                                         "etcd://u:" + raw + "@[::1",
+                                         "etcd://u:" + encoded + "@h:99999",
+                                         "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
+                                         "etcd://u:" + raw + "@h:2379?bogus=1",
+                                         "bogus://u:" + raw + "@h"};
   const std::vector<std::vector<std::string>> commands = {
       {"run", "k", "--", "true"},
       {"status", "k"},
@@ -160,8 +159,8 @@ TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
         if (json) args.emplace_back("--json");
         args.insert(args.end(), command.begin() + 1, command.end());
         RunResult r = run_cli(args);
-        EXPECT_EQ(r.exit_code, 64) << command[0] << (json ? " --json " : " ") << uri << ": "
-                                   << r.stderr_text;
+        EXPECT_EQ(r.exit_code, 64)
+            << command[0] << (json ? " --json " : " ") << uri << ": " << r.stderr_text;
         channels.add(fmt::format("{}{} {}", command[0], json ? " --json" : "", uri), r);
       }
     }
