@@ -36,6 +36,21 @@ class CliEtcd : public ::testing::Test {
 
 EtcdCluster* CliEtcd::cluster_ = nullptr;
 
+// Credentials for a cluster that does not use authentication: a usage error that says to remove
+// them (before: exit 70, "this is a bug or an unexpected server reply").
+TEST_F(CliEtcd, CredentialsForAClusterWithoutAuthenticationAreAUsageError) {
+  const std::string uri = cluster_->uri();
+  const std::string with_user =
+      "etcd://someone:Pw-unused@" + uri.substr(std::string("etcd://").size());
+  RunResult r =
+      run_cli({"run", "k", "--", "touch", dir_ + "/ran"}, {"FENCELOCK_BACKEND=" + with_user});
+  EXPECT_EQ(r.exit_code, 64) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("does not use authentication"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("Pw-unused"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("bug"), std::string::npos) << r.stderr_text;
+  EXPECT_FALSE(file_exists(dir_ + "/ran"));
+}
+
 TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
   const std::string backend = cluster_->uri(), release = dir_ + "/release";
   const std::string etcdctl_out = dir_ + "/etcdctl.out";

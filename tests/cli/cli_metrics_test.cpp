@@ -1,6 +1,8 @@
 // `fencelock run --metrics FILE` against a real redis-server: the client's metrics are written in
 // Prometheus text format when `run` exits, on every exit after the client connected (the command
 // ran, or the lock was held), and never with a password in them.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -115,6 +117,40 @@ TEST_F(CliMetrics, AnUnwritableMetricsPathIsAUsageErrorBeforeConnecting) {
     EXPECT_FALSE(file_exists(path("ran"))) << file;
     EXPECT_TRUE(held_lock_keys(*server_).empty()) << file << ": acquired despite the usage error";
   }
+}
+
+// Another user links FILE to a FIFO (or a device) in a shared directory: root's run --metrics
+// FILE must write nothing through the link, and a FIFO or device named directly is refused too.
+// Before, a FILE that was (or led to) something other than a regular file was written in place:
+// the metrics went into the FIFO here, and into a block device in the review's attack.
+TEST_F(CliMetrics, AMetricsFileThatIsALinkOrAFifoIsRefusedAndNothingIsWrittenThroughIt) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);  // a reader: a write into the FIFO would not block, and is seen here
+  const std::string link = path("z.prom");
+  ASSERT_EQ(::symlink(fifo.c_str(), link.c_str()), 0);
+  for (const auto& [file, kind] : {std::pair<std::string, std::string>{link, "a symbolic link"},
+                                   {fifo, "a FIFO"},
+                                   {"/dev/null", "a device"}}) {
+    auto r = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "metrics/key", "--",
+                      "touch", path("ran")});
+    EXPECT_EQ(r.exit_code, 64) << file << ": " << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr(kind)) << file;
+    EXPECT_FALSE(file_exists(path("ran"))) << file;
+  }
+  // A link planted while the command runs: the write at the end refuses it (a warning), the
+  // command's exit code stands.
+  const std::string late = path("late.prom");
+  auto r = run_cli({"run", "--metrics", late, "--backend", server_->uri(), "metrics/key", "--",
+                    "ln", "-s", fifo, late});
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("cannot write metrics")) << r.stderr_text;
+  char byte = 0;
+  const ssize_t got = ::read(reader, &byte, 1);
+  EXPECT_LE(got, 0) << "metrics were written into the FIFO through the link";
+  ::close(reader);
+  EXPECT_TRUE(std::filesystem::is_symlink(link)) << "the planted link was replaced";
 }
 
 TEST_F(CliMetrics, NoFileWhenTheBackendCannotBeReached) {

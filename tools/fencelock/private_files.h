@@ -1,10 +1,14 @@
 // Files the tool writes where other users may have planted names: `--metrics FILE`, the torture's
-// `--work-dir`. A name planted there as a symlink must never redirect a write (fencelock often
-// runs as root), so no write follows one:
-//   - replace_file() writes a fresh temporary file made by mkstemp (O_EXCL: never an existing
-//     name) in the target's directory, then renames it over the target (rename replaces a
-//     symlink, it does not follow it);
-//   - open_no_follow() opens with O_NOFOLLOW: a symlink in the last component is an error (ELOOP).
+// `--work-dir`. fencelock often runs as root, so a name planted there must never redirect a write:
+// every file is reached through its directory's descriptor (openat, renameat), the last component
+// is never followed when it is a symlink, and only regular files are written:
+//   - replace_file() writes a fresh temporary file in the target's directory (O_CREAT | O_EXCL |
+//     O_NOFOLLOW: never an existing name) and renames it over the target. An existing target that
+//     is not a regular file (a symlink, FIFO, device, socket or directory) is refused before
+//     anything is written; one that becomes such a name in between is replaced by the rename,
+//     which never writes through it;
+//   - open_no_follow() opens with O_NOFOLLOW and O_NONBLOCK (a FIFO with no reader cannot block
+//     it) and refuses what is not a regular file.
 //
 // Thread-safety: the functions share no state.
 #pragma once
@@ -15,13 +19,17 @@
 
 namespace fencelock::cli {
 
+// "" if `path` may be written by replace_file(): it does not exist or is a regular file, and its
+// directory exists and is writable; else why not, in words ("is a symbolic link; ...").
+std::string check_replaceable(const std::string& path);
+
 // Writes `text` to `path` through a temporary file in its directory and a rename; the file is
-// created 0644. Returns "" on success, else the reason (strerror); nothing is left behind on
-// failure.
+// created 0644. Returns "" on success, else the reason; nothing is left behind on failure.
 std::string replace_file(const std::string& path, std::string_view text);
 
 // Opens `path` for writing (`append`: at its end; otherwise truncated), creating it 0644, never
-// through a symlink. nullptr with errno set on failure.
+// through a symlink and never anything but a regular file. nullptr with errno set on failure
+// (ELOOP: a symlink; EINVAL: not a regular file).
 std::FILE* open_no_follow(const std::string& path, bool append);
 
 }  // namespace fencelock::cli

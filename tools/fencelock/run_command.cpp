@@ -97,45 +97,22 @@ std::vector<std::string> command_environment(const Lease& lease, const std::stri
   return env;
 }
 
-// --metrics FILE is written in place when it exists and is not a regular file (/dev/stdout, a
-// FIFO); otherwise into FILE.tmp, then renamed over FILE, so that a reader such as
+// Whether --metrics FILE can be written, checked before connecting (usage error if not): FILE
+// must be a regular file or a new name in a writable directory (private_files.h). Only regular
+// files are written, through a temporary file renamed over FILE, so that a reader such as
 // node_exporter's textfile collector never sees half of it.
-bool metrics_written_in_place(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-}
-
-// Whether --metrics FILE can be written, checked before connecting (usage error if not).
 Status check_metrics_path(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (std::string why = check_replaceable(path); !why.empty()) {
     return Status(Code::kInvalidArgument,
-                  fmt::format("--metrics: '{}' is a directory; name a file", path));
-  }
-  std::string dir = ".";
-  if (auto slash = path.rfind('/'); slash != std::string::npos) dir = path.substr(0, slash + 1);
-  const std::string& needs_write = metrics_written_in_place(path) ? path : dir;
-  if (::access(needs_write.c_str(), W_OK) != 0) {
-    return Status(Code::kInvalidArgument,
-                  fmt::format("--metrics: cannot write '{}': {}", path, detail::errno_text(errno)));
+                  fmt::format("--metrics: cannot write '{}': {}", path, why));
   }
   return Status::Ok();
 }
 
-// Writes `text` to `path` (see metrics_written_in_place). Returns an error message, "" on success.
-// The temporary file is made by mkstemp (private_files.h): a planted FILE.tmp symlink is never
-// followed.
+// Writes `text` to `path` (replace_file: never through a symlink, only a regular file). Returns
+// an error message, "" on success.
 std::string write_metrics_file(const std::string& path, std::string_view text) {
-  if (!metrics_written_in_place(path)) return replace_file(path, text);
-  std::FILE* file = std::fopen(path.c_str(), "we");
-  if (file == nullptr) return detail::errno_text(errno);
-  bool ok = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  int error = errno;
-  if (std::fclose(file) != 0 && ok) {
-    ok = false;
-    error = errno;
-  }
-  return ok ? "" : detail::errno_text(error);
+  return replace_file(path, text);
 }
 
 // Writes the client's metrics for --metrics. A failure is a warning: the exit code stays the
