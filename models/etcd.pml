@@ -39,7 +39,8 @@
  *  - Requests that get no answer: every write (create, delete) may be applied with its answer,
  *    applied with the answer lost, not applied, or (up to STRAYS times) applied at any later
  *    moment: a request stuck in a member's queue after the client failed over and retried.
- *    Reads are answered or fail (the acquisition gives up).
+ *    Reads are answered or fail (the acquisition gives up). A create may also be answered on
+ *    a failover's retry while an earlier try of it goes stray.
  *  - Faults: up to DEATHS session leases end at any moment (etcd's expiry, or a revoke by
  *    session_for()) with their keys; by the expiry rule the grants on that session are over
  *    (their validity ended first). Up to ADMIN keys are deleted by others (`etcdctl del`): their
@@ -86,6 +87,9 @@
  *    beside the holder whose key went, until that holder's next renewal round.
  *  - NO_GHOSTS: no sweep (the code before it): a create applied after its acquisition's
  *    give-up read found no key leaves an orphan (caught with LATE_REQUESTS, by NO_ORPHAN).
+ *  - NO_RETRY_GHOST: a create whose last try (a failover's retry) was answered is not looked
+ *    for afterwards: an earlier try applied after the release leaves an orphan (caught with
+ *    LATE_REQUESTS, by NO_ORPHAN; found by an attack on the sweep, not by the model first).
  *  - UNGUARDED_SWEEP: the sweep deletes the key it read without checking that the slot stayed
  *    free: a read that saw a later grant's key deletes it (caught with LATE_REQUESTS).
  *
@@ -139,6 +143,11 @@
 #define ACQ2 1
 #ifndef MAXR
 #define MAXR 1
+#endif
+#ifdef NO_RETRY_GHOST
+#define RETRY_GHOST 0
+#else
+#define RETRY_GHOST 1
 #endif
 #ifdef CONCURRENT_SETTLE
 #define SETTLE_GUARD 0
@@ -509,6 +518,14 @@ create:
           lalive[s] && !kex[s] ->
           rev++; kex[s] = 1; kcr[s] = rev; own = rev;
           oldest(hrv); dec = max_done
+        }
+     :: atomic {
+          strays < STRAYS && stray_op == 0 && lalive[s] && !kex[s] ->
+          /* an earlier try went unanswered (applied later), the failover's retry is answered */
+          strays++; stray_op = CREATE; stray_s = s;
+          rev++; kex[s] = 1; kcr[s] = rev; own = rev;
+          oldest(hrv); dec = max_done;
+          ghost[s] = ghost[s] || RETRY_GHOST
         }
      :: atomic { true -> apply(CREATE, s, 0); own = UNK; ghost[s] = 1 }; goto give_up /* applied, no answer */
      :: atomic { true -> own = UNK; ghost[s] = 1 }; goto give_up /* not applied */

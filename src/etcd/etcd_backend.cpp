@@ -234,6 +234,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         }
       }
     }
+    // After every session's keep-alive and checks: the sweeps take none of their time.
+    for (const auto& [session, held] : by_session) {
+      if (!session->dead) sweep_ghosts(session);
+    }
     return out;
   }
 
@@ -675,13 +679,15 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     ghosts.values.emplace_back(held.value, until);
   }
 
-  // Deletes the own keys that creates without an answer wrote after their acquisition gave up
-  // (ghosts_): one Txn of reads per kMaxCompares slots, and a compare-create-revision delete per
-  // key found. A key is deleted only if no acquisition of ours took its slot from before the
-  // read until after it (the slot was free and its take count unchanged): then no grant of ours
-  // owns that key, so it is a late create's. A delete that reaches etcd late cannot remove a
-  // later grant's key, which has another create revision. One sweep per session at a time.
-  void sweep_ghosts(const std::shared_ptr<Session>& session, Clock::time_point deadline) {
+  // Deletes the own keys that creates without an answer wrote after their acquisition ended
+  // (ghosts_): per kMaxCompares slots, one Txn of reads and, for the keys found, one Txn of
+  // compare-create-revision deletes (nested Txns, one per key). A key is deleted only if no
+  // acquisition of ours took its slot from before the read until after it (the slot was free and
+  // its take count unchanged): then no grant of ours owns that key, so a late create wrote it. A
+  // delete that reaches etcd late cannot remove a later grant's key, which has another create
+  // revision. One sweep per session at a time; each call has io_timeout of its own, after the
+  // keep-alive (the sweep takes none of the renewal's time).
+  void sweep_ghosts(const std::shared_ptr<Session>& session) {
     struct Look {
       std::pair<std::int64_t, std::string> slot;
       std::string key;
@@ -710,17 +716,27 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (looks.empty()) return;
       sweeping_.insert(session->id);
     }
+    struct Done {
+      EtcdBackend* backend;
+      std::int64_t id;
+      ~Done() {
+        MutexLock lock(backend->mu_);
+        backend->sweeping_.erase(id);
+      }
+    } done{this, session->id};
     for (std::size_t from = 0; from < looks.size(); from += kMaxCompares) {
       const std::size_t to = std::min(looks.size(), from + kMaxCompares);
       pb::TxnRequest reads;
       for (std::size_t i = from; i < to; ++i) {
-        pb::RangeRequest* read = reads.add_success()->mutable_request_range();
-        read->set_key(looks[i].key);
+        reads.add_success()->mutable_request_range()->set_key(looks[i].key);
       }
       pb::TxnResponse found;
       grpc::Status status = conn_->call(
-          deadline, [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, reads, &found); });
-      if (!status.ok() || found.responses_size() != static_cast<int>(to - from)) break;
+          Clock::now() + options_.io_timeout,
+          [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, reads, &found); });
+      if (!status.ok() || found.responses_size() != static_cast<int>(to - from)) return;
+      pb::TxnRequest erase;
+      std::vector<std::pair<std::string, std::int64_t>> erased;  // key, create revision
       for (std::size_t i = from; i < to; ++i) {
         const auto& range = found.responses(static_cast<int>(i - from)).response_range();
         if (range.kvs_size() == 0) continue;
@@ -735,23 +751,26 @@ class EtcdBackend final : public Backend, public ElectionBackend {
           if (slots_.contains(look.slot) || it == ghosts_.end() || it->second.takes != look.takes)
             continue;
         }
-        pb::TxnRequest erase;
-        compare_create_revision(erase, look.key, kv.create_revision());
-        erase.add_success()->mutable_request_delete_range()->set_key(look.key);
-        pb::TxnResponse erased;
-        const grpc::Status deleted = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
-          return s.kv->Txn(&c, erase, &erased);
-        });
-        if (deleted.ok() && erased.succeeded()) {
-          detail::log(LogLevel::kInfo,
-                      "etcd: deleted {} (token {}): a create of an acquisition that had given up "
-                      "reached etcd after it",
-                      look.key, kv.create_revision());
-        }
+        pb::TxnRequest* one = erase.add_success()->mutable_request_txn();
+        compare_create_revision(*one, look.key, kv.create_revision());
+        one->add_success()->mutable_request_delete_range()->set_key(look.key);
+        erased.emplace_back(look.key, kv.create_revision());
+      }
+      if (erased.empty()) continue;
+      pb::TxnResponse answer;
+      status = conn_->call(
+          Clock::now() + options_.io_timeout,
+          [&](Stubs& s, grpc::ClientContext& c) { return s.kv->Txn(&c, erase, &answer); });
+      if (!status.ok()) return;
+      for (std::size_t k = 0;
+           k < erased.size() && k < static_cast<std::size_t>(answer.responses_size()); ++k) {
+        if (!answer.responses(static_cast<int>(k)).response_txn().succeeded()) continue;
+        detail::log(LogLevel::kInfo,
+                    "etcd: deleted {} (token {}): a create of an acquisition that had ended "
+                    "reached etcd after it",
+                    erased[k].first, erased[k].second);
       }
     }
-    MutexLock lock(mu_);
-    sweeping_.erase(session->id);
   }
 
   // One keep-alive of `session` sent at `sent`, after settle(): kRenewed (etcd answered a TTL),
@@ -761,7 +780,6 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                                      Clock::time_point sent) {
     if (!session->dead && !settle(session, sent + options_.io_timeout))
       return RenewOutcome::kUnknown;
-    if (!session->dead) sweep_ghosts(session, sent + options_.io_timeout);
     std::int64_t ttl = 0;
     grpc::Status status = session->dead
                               ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
@@ -884,9 +902,14 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       *request.add_success()->mutable_request_range() = first_page(held.name, false);
       request.add_failure()->mutable_request_range()->set_key(held.key);
       pb::TxnResponse response;
+      int tries = 0;
       grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        ++tries;
         return s.kv->Txn(&c, request, &response);
       });
+      // A try before the last went unanswered (the call retries only then) and may still be
+      // applied, after this acquisition ended, whatever the last try's answer.
+      if (tries > 1) remember_ghost(held);
       if (!status.ok()) return status;
       if (!response.succeeded()) {
         const auto& found = response.responses(0).response_range();
@@ -937,6 +960,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   bool keep_session_alive(const std::shared_ptr<Session>& session, bool force) {
     if (!force && Clock::now() < session->confirmed() + session->ttl / 3) return true;
     (void)send_keep_alive(session, Clock::now());
+    if (!force && !session->dead) sweep_ghosts(session);
     return !session->dead;
   }
 

@@ -188,6 +188,53 @@ TEST_F(EtcdOwnKeys, ACreateAppliedAfterItsAcquisitionGaveUpLeavesNoKeyBehind) {
   EXPECT_TRUE(next->release().ok());
 }
 
+// The first try of a create is held on its way to member 0 (its cancel dropped), and the
+// failover's retry on member 1 is answered: granted. After the release, the held copy lands,
+// finds no key and writes the own key again under the live session. Before, only a create whose
+// every try went unanswered was looked for afterwards, and this copy blocked the lock for nobody
+// as long as the session lived.
+TEST_F(EtcdOwnKeys, ACopyOfACreateThatAFailoverRetriedLeavesNoKeyBehindAfterTheRelease) {
+  constexpr milliseconds ttl = 9s;
+  const std::string marker = "retried-create-7a7a";
+  auto holds = DelayProxy::start(port_of(cluster_->client_endpoint(0)));
+  holds->drop_http2_resets();
+  Client holder = connect(fmt::format("etcd://127.0.0.1:{},{}?{}", holds->port(),
+                                      cluster_->client_endpoint(1), kAcceptDebianEtcd),
+                          {.connect_timeout = 2s, .io_timeout = 400ms});
+  Client other = connect(cluster_->uri());
+  auto kept = holder.acquire(*LockKey::make("keeps-the-session"), {.ttl = ttl});
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+
+  holds->delay(marker, 4s);
+  const auto key = *LockKey::make("retried-create");
+  auto granted =
+      holder.acquire(key, {.ttl = ttl, .metadata = fmt::format(R"({{"note":"{}"}})", marker)});
+  ASSERT_TRUE(granted.ok()) << granted.status().to_string();
+  ASSERT_GE(holds->held(), 1) << "the first try was not held: this test proves nothing";
+  ASSERT_TRUE(granted->release().ok());
+  const std::int64_t released = revision_of(*cluster_);
+  ASSERT_TRUE(holds->wait_answered_late(1, 15s)) << "the held create never reached etcd";
+  const auto landed = Clock::now();
+
+  auto next = other.acquire(key, {.ttl = ttl, .wait = ttl});
+  ASSERT_TRUE(next.ok()) << "the lock was still held " << ms(Clock::now() - landed)
+                         << " ms after the held copy landed: " << next.status().to_string();
+  EXPECT_LT(Clock::now() - landed, ttl / 3 + 2s)
+      << "granted only " << ms(Clock::now() - landed) << " ms after the held copy landed";
+  bool written_late = false;
+  const std::int64_t now = revision_of(*cluster_);
+  for (std::int64_t rev = released + 1; rev <= now && !written_late; ++rev) {
+    written_late = cluster_
+                       ->etcdctl({"get", "retried-create/", "--prefix", "--print-value-only",
+                                  "--rev=" + std::to_string(rev)})
+                       .find(marker) != std::string::npos;
+  }
+  EXPECT_TRUE(written_late) << "the held copy wrote no key after the release";
+  EXPECT_FALSE(kept->is_lost()) << "the session was not kept alive: this test proves nothing";
+  EXPECT_TRUE(kept->release().ok());
+  EXPECT_TRUE(next->release().ok());
+}
+
 // A key of the lock created in one Txn together with other keys under NAME/ (here eight keys
 // of the nested lock NAME/0, which sort before it) shares their create revision. etcd cuts a
 // sorted page at its limit (8), and the next page started after that revision: the lock's key
