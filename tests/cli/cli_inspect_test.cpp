@@ -74,9 +74,30 @@ TEST_F(CliInspect, TerminalEscapesInNamesAndMetadataAreShownEscaped) {
   EXPECT_EQ(json::parse(as_json.stdout_text)["key"], name);
 }
 
-// The default holder metadata carries the program's name, which need not be UTF-8: a fencelock
-// started under the name "fl\xff" must list and run. Before, encoding it threw at connect and
-// the tool aborted (exit 134).
+// Names that are not UTF-8 stay apart in --json: each such byte is written as \udcXX (before,
+// both became U+FFFD and "a\xff" and "a\xfe" printed the same name); a prefix the user typed
+// is echoed back escaped like any other human output.
+TEST_F(CliInspect, NamesThatAreNotUtf8StayDistinctInJsonAndEchoedTextIsEscaped) {
+  auto client = Client::connect(server_->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  auto ff = client->acquire(*LockKey::make("bytes/a\xff"), {.ttl = 20s});
+  auto fe = client->acquire(*LockKey::make("bytes/a\xfe"), {.ttl = 20s});
+  ASSERT_TRUE(ff.ok() && fe.ok());
+
+  auto list = cli({"list", "--json", "bytes/"});
+  ASSERT_EQ(list.exit_code, 0) << list.stderr_text;
+  EXPECT_THAT(list.stdout_text, HasSubstr(R"("key":"bytes/a\udcff")"));
+  EXPECT_THAT(list.stdout_text, HasSubstr(R"("key":"bytes/a\udcfe")"));
+  auto status = cli({"status", "--json", "bytes/a\xff"});
+  ASSERT_EQ(status.exit_code, 0) << status.stderr_text;
+  EXPECT_THAT(status.stdout_text, HasSubstr(R"("key":"bytes/a\udcff")"));
+
+  auto none = cli({"list", "none\x1b[31m/"});
+  ASSERT_EQ(none.exit_code, 0) << none.stderr_text;
+  EXPECT_FALSE(has_terminal_control(none.stdout_text)) << none.stdout_text;
+  EXPECT_THAT(none.stdout_text, HasSubstr("no locks held under 'none\\x1b[31m/'"));
+}
+
 // A key in fencelock's layout whose name is no lock key (written by another client, 605 bytes):
 // `list` shows the real locks and says on stderr, once, that it left one out.
 TEST_F(CliInspect, ListSaysOnStderrThatItLeftOutANameThatIsNoLockKey) {
@@ -98,6 +119,9 @@ TEST_F(CliInspect, ListSaysOnStderrThatItLeftOutANameThatIsNoLockKey) {
   EXPECT_THAT(list.stderr_text, HasSubstr("605 bytes"));
 }
 
+// The default holder metadata carries the program's name, which need not be UTF-8: a fencelock
+// started under the name "fl\xff" must list and run. Before, encoding it threw at connect and
+// the tool aborted (exit 134).
 TEST_F(CliInspect, AProgramNameThatIsNotUtf8DoesNotAbort) {
   const std::string link = path("fl\xff");
   ASSERT_EQ(::symlink(cli_path().c_str(), link.c_str()), 0);

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "reporter.h"
+
 #include <string>
 
 namespace fencelock::cli {
@@ -35,6 +39,31 @@ TEST(TerminalSafe, C1ControlsAndInvalidUtf8AreEscapedBytewise) {
   EXPECT_EQ(terminal_safe("\xe2\x9c"), "\\xe2\\x9c");           // truncated sequence
   EXPECT_EQ(terminal_safe("\xc0\xaf"), "\\xc0\\xaf");           // overlong '/'
   EXPECT_EQ(terminal_safe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+}
+
+// json_line(): lossless for any bytes. Valid UTF-8 is kept as it is (controls escaped), each byte
+// outside valid UTF-8 becomes \udcXX, so that two names differing in such a byte stay apart.
+TEST(JsonLine, BytesOutsideValidUtf8AreEscapedOneByOneAndStayDistinct) {
+  EXPECT_EQ(json_line(nlohmann::json{{"key", "a\xff"}}), R"({"key":"a\udcff"})");
+  EXPECT_EQ(json_line(nlohmann::json{{"key", "a\xfe"}}), R"({"key":"a\udcfe"})");
+  EXPECT_EQ(json_line(nlohmann::json("Z\xc3\xbcrich \xf0\x9f\x94\x92")),
+            "\"Z\xc3\xbcrich \xf0\x9f\x94\x92\"");
+  EXPECT_EQ(json_line(nlohmann::json("\xc0\xaf")), R"("\udcc0\udcaf")");            // overlong '/'
+  EXPECT_EQ(json_line(nlohmann::json("\xed\xa0\x80")), R"("\udced\udca0\udc80")");  // a surrogate
+  EXPECT_EQ(json_line(nlohmann::json("\xe2\x9c")), R"("\udce2\udc9c")");            // cut short
+  EXPECT_EQ(json_line(nlohmann::json("\xf4\x90\x80\x80")),
+            R"("\udcf4\udc90\udc80\udc80")");  // above U+10FFFF
+  EXPECT_EQ(json_line(nlohmann::json(std::string("q\"b\\n\n\x01\x1b\0", 9))),
+            R"("q\"b\\n\n\u0001\u001b\u0000")");
+}
+
+TEST(JsonLine, ValidUtf8ReadsBackAndOtherValuesAreAsNlohmannWritesThem) {
+  const nlohmann::json value = {{"key", "jobs/\xe2\x9c\x93\n"},
+                                {"token", 18446744073709551615ULL},
+                                {"held", true},
+                                {"holder", nullptr},
+                                {"list", {1, "two", 3.5}}};
+  EXPECT_EQ(nlohmann::json::parse(json_line(value)), value);
 }
 
 }  // namespace

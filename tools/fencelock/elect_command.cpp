@@ -136,12 +136,13 @@ int campaign(const ElectArgs& args, const CampaignOptions& options, const Backen
   Leadership& leader = leadership->value();
   fields["token"] = leader.token().value();
   fields["value"] = value;
-  print_line(args.json ? json_line(nlohmann::json{{"elected", true},
-                                                  {"election", args.name},
-                                                  {"value", value},
-                                                  {"token", leader.token().value()}})
-                       : fmt::format("elected: {} is the leader of '{}' (token {})", value,
-                                     args.name, leader.token().value()));
+  print_line(args.json
+                 ? json_line(nlohmann::json{{"elected", true},
+                                            {"election", args.name},
+                                            {"value", value},
+                                            {"token", leader.token().value()}})
+                 : fmt::format("elected: {} is the leader of '{}' (token {})", terminal_safe(value),
+                               terminal_safe(args.name), leader.token().value()));
   const int signal = run_cancellable(signals, [&](std::stop_token stop) { hold(leader, stop); });
   if (signal == 0 || leader.is_lost()) {
     return reporter.fail(kExitLeaseLost, "lease_lost",

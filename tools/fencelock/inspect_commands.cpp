@@ -10,6 +10,7 @@
 #include "fencelock/client.h"
 #include "holder_format.h"
 #include "reporter.h"
+#include "terminal_text.h"
 
 namespace fencelock::cli {
 namespace {
@@ -69,8 +70,9 @@ int list_command(const ListArgs& args) {
     for (const HolderInfo& h : *holders) array.push_back(holder_json(h));
     print_stdout(json_line(array) + "\n");
   } else if (holders->empty()) {
-    print_stdout(args.prefix.empty() ? "no locks held\n"
-                                     : fmt::format("no locks held under '{}'\n", args.prefix));
+    print_stdout(args.prefix.empty()
+                     ? "no locks held\n"
+                     : fmt::format("no locks held under '{}'\n", terminal_safe(args.prefix)));
   } else {
     print_stdout(list_table(*holders));
   }

@@ -13,8 +13,10 @@
 
 namespace fencelock::cli {
 
-// `value` as one line of JSON. Bytes that are not UTF-8 (keys may hold any byte but NUL) become
-// U+FFFD instead of failing.
+// `value` as one line of JSON, lossless for strings of any bytes (keys may hold any byte but
+// NUL): valid UTF-8 as it is, each byte that is not part of valid UTF-8 as \udcXX (byte 0xXX as a
+// lone low surrogate: Python's json.loads then .encode("utf-8", "surrogateescape") gives the bytes
+// back). Before, such bytes became U+FFFD, and "a\xff" and "a\xfe" printed the same.
 std::string json_line(const nlohmann::json& value);
 
 class Reporter {
