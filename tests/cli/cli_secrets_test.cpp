@@ -3,6 +3,9 @@
 // wrong password), and every channel they write (stdout, stderr and the log lines on it, --json,
 // the --metrics file, the command's environment, torture's work directory) are searched for the
 // password, which is distinctive so that any echo of it would be found.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -167,6 +170,49 @@ TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
   }
   ASSERT_FALSE(std::filesystem::exists(dir_ + "/torture/history.jsonl")) << "torture ran";
   expect_nowhere(channels, {raw, encoded});
+}
+
+// The owner of a process's /proc files: root's when the process is not dumpable.
+uid_t proc_owner(pid_t pid) {
+  struct stat st {};
+  if (::stat(fmt::format("/proc/{}/environ", pid).c_str(), &st) != 0) return static_cast<uid_t>(-1);
+  return st.st_uid;
+}
+
+// fencelock is not dumpable while it runs (no core dump holds the password it read, and no other
+// process of the user reads its memory or environment), and its command is dumpable again. Not
+// dumpable shows as /proc/PID files owned by root although the process runs as another user: as
+// root, the test runs fencelock as nobody (setpriv). Before, a core of `run` held the Redis
+// password four times, and /proc/PID/environ was the user's.
+TEST_F(CliSecrets, FencelockIsNotDumpableAndItsCommandIs) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  const std::string ready = dir_ + "/pids", go = dir_ + "/go";
+  std::vector<std::string> argv;
+  const bool root = ::geteuid() == 0;
+  if (root) argv = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  for (const std::string& arg :
+       cli_argv({"run", "--backend", "memory://", "dump/k", "--", "sh", "-c",
+                 "echo $PPID $$ > \"$1.tmp\"; mv \"$1.tmp\" \"$1\"; "
+                 "while [ ! -e \"$2\" ]; do sleep 0.05; done",
+                 "sh", ready, go})) {
+    argv.push_back(arg);
+  }
+  ChildProcess fencelock = ChildProcess::spawn(argv, {"FENCELOCK_REDIS_PASSWORD=Rs-dump-secret"});
+  ASSERT_TRUE(wait_until([&] { return file_exists(ready); })) << "the command did not start";
+  pid_t parent = 0, command = 0;
+  {
+    std::ifstream in(ready);
+    in >> parent >> command;
+  }
+  ASSERT_GT(parent, 1);
+  ASSERT_GT(command, 1);
+  const uid_t user = root ? 65534 : ::geteuid();
+  EXPECT_EQ(proc_owner(parent), 0u) << "fencelock is dumpable (its /proc files are its user's)";
+  EXPECT_EQ(proc_owner(command), user) << "the command lost its own dumpability";
+  std::ofstream(go).put('\n');
+  const auto status = fencelock.wait_for(std::chrono::seconds(20));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(*status, 0);
 }
 
 TEST_F(CliSecrets, ARedisPasswordAppearsInNoOutputChannel) {

@@ -1,9 +1,13 @@
 // fencelock: the command line interface. Argument parsing and dispatch only; each command lives
 // in its own file (run_command, inspect_commands). docs/CLI.md is the manual.
+#include <sys/prctl.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -371,6 +375,15 @@ int main_with_args(int argc, char** argv) {
 }  // namespace fencelock::cli
 
 int main(int argc, char** argv) try {
+  // fencelock holds backend passwords (from the URI or the environment) in its memory: no core
+  // dump of it, and no other process of the same user may read its memory or environment
+  // (/proc/PID/mem, environ: non-dumpable processes' files belong to root). A review found the
+  // Redis password four times in a core of `run`. CMD is dumpable again: execve resets it.
+  // FENCELOCK_CORE_DUMPS=1 keeps fencelock dumpable, to debug a crash (docs/CLI.md).
+  if (const char* keep = std::getenv("FENCELOCK_CORE_DUMPS");
+      keep == nullptr || std::string_view(keep) != "1") {
+    (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  }
   // A write to a server connection the peer closed must fail with EPIPE, not kill fencelock (and
   // leave `run`'s command unsupervised). The command gets the default disposition back.
   std::signal(SIGPIPE, SIG_IGN);
