@@ -51,6 +51,22 @@ TEST_F(CliEtcd, CredentialsForAClusterWithoutAuthenticationAreAUsageError) {
   EXPECT_FALSE(file_exists(dir_ + "/ran"));
 }
 
+// Debian's etcd needs allow_stale_leader_revoke=true (the test URIs carry it): the accepted risk
+// is one warning line, and -q/--quiet drops it (cron would mail it on every run).
+TEST_F(CliEtcd, AnAcceptedRiskIsOneWarningLineThatQuietSilences) {
+  RunResult loud = run_cli({"status", "--backend", cluster_->uri(), "quiet/k"});
+  EXPECT_EQ(loud.exit_code, 0) << loud.stderr_text;
+  EXPECT_EQ(std::count(loud.stderr_text.begin(), loud.stderr_text.end(), '\n'), 1)
+      << loud.stderr_text;
+  EXPECT_NE(loud.stderr_text.find("(accepted: allow_stale_leader_revoke=true)"), std::string::npos)
+      << loud.stderr_text;
+  for (const std::string quiet : {"-q", "--quiet"}) {
+    RunResult r = run_cli({"run", quiet, "--backend", cluster_->uri(), "quiet/k", "--", "true"});
+    EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+    EXPECT_EQ(r.stderr_text, "") << quiet;
+  }
+}
+
 TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
   const std::string backend = cluster_->uri(), release = dir_ + "/release";
   const std::string etcdctl_out = dir_ + "/etcdctl.out";

@@ -245,6 +245,11 @@ TEST_F(CliExitCodes, BenchTakesDurationAndStillTheOldSeconds) {
   auto help = run_cli({"bench", "--help"});
   EXPECT_THAT(help.stdout_text, HasSubstr("--duration"));
   EXPECT_THAT(help.stdout_text, Not(HasSubstr("--seconds")));
+  EXPECT_THAT(help.stdout_text, Not(HasSubstr("Excludes"))) << "a stray CLI11 line";
+  EXPECT_THAT(help.stdout_text, HasSubstr("etcds://"));
+  EXPECT_THAT(help.stdout_text, HasSubstr("memory://"));
+  auto both = run_cli({"bench", "--backend", server_->uri(), "--seconds", "1", "--duration", "1s"});
+  EXPECT_EQ(both.exit_code, 64) << both.stderr_text;
 }
 
 TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
@@ -256,6 +261,27 @@ TEST_F(CliExitCodes, MissingCommandOrUnknownOptionGives64) {
   auto unknown = run_cli({"run", "--frobnicate", "k", "--", "true"});
   EXPECT_EQ(unknown.exit_code, 64);
   EXPECT_TRUE(is_one_error_line(unknown.stderr_text)) << unknown.stderr_text;
+  EXPECT_THAT(unknown.stderr_text, HasSubstr("unknown option '--frobnicate' for 'run'"));
+
+  // The unknown word is named, with the closest known one (before: "The following argument was
+  // not expected: true" for --tll, "A subcommand is required" for stauts).
+  const std::pair<std::vector<std::string>, std::string> mistyped[] = {
+      {{"run", "--tll", "5s", "k", "--", "true"},
+       "unknown option '--tll' for 'run' (did you mean '--ttl'?)"},
+      {{"stauts", "k"}, "unknown command 'stauts' (did you mean 'status'?)"},
+      {{"--frobnicate"}, "unknown option '--frobnicate'"},
+      {{"status", "--jsn", "k"}, "(did you mean '--json'?)"},
+      {{"--json", "status", "k"}, "goes after the command"}};
+  for (const auto& [args, says] : mistyped) {
+    auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 64) << args[0] << ": " << r.stderr_text;
+    EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr(says));
+  }
+  // Options after "--" are CMD's.
+  auto cmd_option =
+      run_cli({"run", "--backend", server_->uri(), "k", "--", "sh", "-c", "exit 0", "--tll"});
+  EXPECT_EQ(cmd_option.exit_code, 0) << cmd_option.stderr_text;
 
   auto no_subcommand = run_cli({});
   EXPECT_EQ(no_subcommand.exit_code, 64);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mistyped.h"
 #include "reporter.h"
 
 #include <string>
@@ -64,6 +65,46 @@ TEST(JsonLine, ValidUtf8ReadsBackAndOtherValuesAreAsNlohmannWritesThem) {
                                 {"holder", nullptr},
                                 {"list", {1, "two", 3.5}}};
   EXPECT_EQ(nlohmann::json::parse(json_line(value)), value);
+}
+
+TEST(Mistyped, EditDistanceCountsASwapOfNeighboursAsOne) {
+  EXPECT_EQ(edit_distance("--ttl", "--ttl"), 0u);
+  EXPECT_EQ(edit_distance("--tll", "--ttl"), 1u);
+  EXPECT_EQ(edit_distance("stauts", "status"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(closest("--jsn", {"--json", "--backend"}), "--json");
+  EXPECT_EQ(closest("--frobnicate", {"--json", "--backend"}), std::nullopt);
+  EXPECT_EQ(closest("ab", {"xy"}), std::nullopt) << "two edits of a two-letter word is no typo";
+}
+
+TEST(Mistyped, UnknownWordsAreNamedAndValuesAndCommandArgumentsAreNot) {
+  const std::vector<KnownOption> global = {{{"--help", "-h"}, false}, {{"--version"}, false}};
+  const std::vector<KnownCommand> commands = {
+      {"run",
+       {{{"--ttl"}, true}, {{"--wait"}, true}, {{"--json"}, false}, {{"-q", "--quiet"}, false}},
+       false},
+      {"status", {{{"--json"}, false}}, false},
+      {"torture-worker", {{{"--id"}, true}}, true}};
+  EXPECT_EQ(unknown_word(commands, global, {}), std::nullopt);
+  EXPECT_EQ(unknown_word(commands, global,
+                         {"run", "--ttl", "5s", "--wait", "-1s", "k", "--", "x", "--tll"}),
+            std::nullopt);
+  EXPECT_EQ(unknown_word(commands, global, {"run", "--ttl=5s", "-q", "k"}), std::nullopt);
+  EXPECT_EQ(unknown_word(commands, global, {"--version"}), std::nullopt);
+  EXPECT_EQ(unknown_word(commands, global, {"run", "--tll", "5s"}),
+            "unknown option '--tll' for 'run' (did you mean '--ttl'?); see 'fencelock run --help'");
+  EXPECT_EQ(unknown_word(commands, global, {"run", "--tll=5s"}),
+            "unknown option '--tll' for 'run' (did you mean '--ttl'?); see 'fencelock run --help'");
+  const auto command = unknown_word(commands, global, {"stauts"});
+  ASSERT_TRUE(command.has_value());
+  EXPECT_EQ(command->find("unknown command 'stauts' (did you mean 'status'?)"), 0u) << *command;
+  EXPECT_EQ(command->find("torture-worker"), std::string::npos) << "a hidden command is listed";
+  EXPECT_NE(unknown_word(commands, global, {"--json", "status"})->find("goes after the command"),
+            std::string::npos);
+  const auto escaped = unknown_word(commands, global, {"status", "--x\x1b[2J"});
+  ASSERT_TRUE(escaped.has_value());
+  EXPECT_NE(escaped->find("'--x\\x1b[2J'"), std::string::npos) << *escaped;
 }
 
 }  // namespace

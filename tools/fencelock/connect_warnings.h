@@ -7,7 +7,12 @@
 // fencing counter far ahead of its server's clock): later library messages (a lost lease, which
 // every command reports itself) are not repeated.
 //
-// Thread-safety: one ConnectWarnings at a time per process (it installs the library's log sink).
+// With -q/--quiet (set_quiet_accepted_risks), a warning about a risk the URI already accepted
+// (the library ends it with "(accepted: OPTION=true)") is not shown: cron would mail it on every
+// run.
+//
+// Thread-safety: one ConnectWarnings at a time per process (it installs the library's log sink);
+// set_quiet_accepted_risks() before any.
 #pragma once
 
 #include <string_view>
@@ -23,6 +28,8 @@ class ConnectWarnings {
   ConnectWarnings(const ConnectWarnings&) = delete;
   ConnectWarnings& operator=(const ConnectWarnings&) = delete;
 };
+
+void set_quiet_accepted_risks(bool quiet);
 
 // Client::connect(uri) with a ConnectWarnings around it.
 Result<Client> connect_with_warnings(std::string_view uri, bool json);

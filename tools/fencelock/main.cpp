@@ -6,19 +6,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "backend_choice.h"
 #include "bench_command.h"
+#include "connect_warnings.h"
 #include "demo_command.h"
 #include "elect_command.h"
 #include "exit_codes.h"
 #include "inspect_commands.h"
 #include "migrate_command.h"
+#include "mistyped.h"
 #include "run_command.h"
 #include "terminal_text.h"
 #include "torture/torture_command.h"
@@ -52,16 +56,23 @@ See docs/CLI.md for details.
 constexpr const char* kSeeAlso =
     "Environment and exit codes: fencelock --help; manual: docs/CLI.md\n";
 
+// -q/--quiet of whichever command was given (one per process).
+bool quiet_flag = false;
+
 void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
   command
       ->add_option("--backend", backend,
                    "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, "
-                   "postgres://USER:PASS@HOST:PORT/DB[?mode=lease] or etcd://H1:P1,H2:P2,H3:P3 "
-                   "(default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379). Put passwords "
+                   "postgres://USER:PASS@HOST:PORT/DB[?mode=lease], etcd://H1:P1,H2:P2,H3:P3 "
+                   "(etcds:// with TLS) or memory://[NAME] (default: $FENCELOCK_BACKEND, then "
+                   "redis://127.0.0.1:6379). Put passwords "
                    "in FENCELOCK_BACKEND or FENCELOCK_REDIS_PASSWORD / FENCELOCK_ETCD_PASSWORD / "
                    "PGPASSWORD: the command line is visible to every local user")
       ->type_name("URI");
   command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
+  command->add_flag("-q,--quiet", quiet_flag,
+                    "Do not warn about risks the URI accepts (allow_stale_leader_revoke=true, "
+                    "allow_async_standby=true)");
 }
 
 CLI::App* add_run(CLI::App& app, RunArgs& args) {
@@ -261,9 +272,8 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
       ->type_name("DUR")
       ->capture_default_str();
   // The old spelling, kept working but not shown (group "" hides an option from --help).
-  bench->add_option("--seconds", args.seconds, "Length of each measurement in seconds")
-      ->group("")
-      ->excludes("--duration");
+  // Not ->excludes("--duration"): CLI11 then prints an empty "Excludes:" under --duration.
+  bench->add_option("--seconds", args.seconds, "Length of each measurement in seconds")->group("");
   bench->add_option("--workers", args.workers, "contended: Clients on one key")
       ->capture_default_str();
   bench->add_option("--critical", args.critical, "contended: critical section")
@@ -294,6 +304,29 @@ CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   worker->add_option("--key", args.key);
   worker->add_option("--extra-leases", args.extra_leases);
   return worker;
+}
+
+std::vector<KnownOption> known_options(const CLI::App& app) {
+  std::vector<KnownOption> out;
+  for (const CLI::Option* option : app.get_options()) {
+    KnownOption known;
+    for (const std::string& name : option->get_lnames()) known.names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) known.names.push_back("-" + name);
+    known.takes_value = option->get_type_size() != 0;
+    if (!known.names.empty()) out.push_back(std::move(known));
+  }
+  return out;
+}
+
+// unknown_word() over the commands and options `app` knows.
+std::optional<std::string> mistyped_word(CLI::App& app, int argc, char** argv) {
+  std::vector<KnownCommand> commands;
+  for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+    commands.push_back(
+        {command->get_name(), known_options(*command), command->get_group().empty()});
+  }
+  return unknown_word(commands, known_options(app),
+                      std::vector<std::string>(argv + 1, argv + argc));
 }
 
 std::string usage_hint(const CLI::ParseError& error, const CLI::App* selected, bool is_run) {
@@ -344,6 +377,10 @@ int main_with_args(int argc, char** argv) {
   torture::WorkerArgs worker_args;
   CLI::App* worker = add_torture_worker(app, worker_args);
 
+  if (auto word = mistyped_word(app, argc, argv)) {
+    std::fputs(fmt::format("fencelock: {}\n", *word).c_str(), stderr);
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -358,13 +395,24 @@ int main_with_args(int argc, char** argv) {
                stderr);
     return kExitUsage;
   }
+  set_quiet_accepted_risks(quiet_flag);
   if (run->parsed()) return run_command(run_args);
   if (status->parsed()) return status_command(status_args);
   if (migrate->parsed()) return migrate_command(migrate_args);
   if (elect->parsed()) return elect_command(elect_args);
   if (torture->parsed()) return torture_command(torture_args);
   if (demo->parsed()) return demo_command(demo_args);
-  if (bench->parsed()) return bench_command(bench_args);
+  if (bench->parsed()) {
+    if (bench->get_option("--seconds")->count() > 0 &&
+        bench->get_option("--duration")->count() > 0) {
+      std::fputs(
+          "fencelock: --seconds is the old spelling of --duration: give one of them; see "
+          "'fencelock bench --help'\n",
+          stderr);
+      return kExitUsage;
+    }
+    return bench_command(bench_args);
+  }
   if (worker->parsed()) {
     worker_args.backend = choose_backend("").uri;
     return torture_worker_command(worker_args);
