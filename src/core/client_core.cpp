@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cerrno>  // program_invocation_short_name (glibc)
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/duration.h"
@@ -73,7 +75,37 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire(const LockKey& key,
   auto result = acquire_unrecorded(key, options, campaign, contended);
   metrics_.record_acquire(result.code(), options.wait > milliseconds(0), Clock::now() - start,
                           contended);
+  if (result.code() == Code::kLocked) return explain_locked(key, result.status());
   return result;
+}
+
+Status ClientCore::explain_locked(const LockKey& key, const Status& status) const {
+  constexpr std::size_t kShown = 200;
+  const std::string& name = key.str();
+  std::string message = fmt::format("'{}{}': {}", name.substr(0, kShown),
+                                    name.size() > kShown ? "..." : "", status.message());
+  std::vector<std::uint64_t> tokens;
+  {
+    MutexLock lock(held_mu_);
+    for (auto [it, end] = held_.equal_range(name); it != end; ++it) tokens.push_back(it->second);
+  }
+  if (!tokens.empty()) {
+    message += fmt::format(
+        "; this Client holds it itself (token {}, not released): locks are not reentrant, so use "
+        "that Lease or release it first",
+        fmt::join(tokens, ", "));
+  }
+  return Status(Code::kLocked, std::move(message));
+}
+
+void ClientCore::forget_held(const LeaseState& lease) {
+  MutexLock lock(held_mu_);
+  for (auto [it, end] = held_.equal_range(lease.key.str()); it != end; ++it) {
+    if (it->second == lease.token.value()) {
+      held_.erase(it);
+      return;
+    }
+  }
 }
 
 MetricsSnapshot ClientCore::metrics_snapshot() const {
@@ -120,6 +152,10 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
   lease->backend_key = std::move(grant->backend_key);
   lease->core = shared_from_this();
   renewer_.add(lease);
+  {
+    MutexLock lock(held_mu_);
+    held_.emplace(key.str(), grant->token.value());
+  }
   if (grant->gone.stop_possible()) {
     // Runs at once if the grant is gone already. The lease outlives its callback (gone_watch).
     lease->gone_watch.emplace(grant->gone, std::function<void()>([this, state = lease.get()] {
@@ -147,6 +183,7 @@ Status ClientCore::refuse_backwards(const LockKey& key, const OwnerId& owner, co
 
 Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {
   renewer_.remove(&lease);
+  forget_held(lease);
   lease.mark_lost();  // stop the holder's work before anyone else can be granted
   const Clock::time_point start = Clock::now();
   Status status =

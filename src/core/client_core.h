@@ -2,6 +2,8 @@
 // metrics).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -9,6 +11,7 @@
 #include "core/lease_state.h"
 #include "core/local_queue.h"
 #include "core/metrics.h"
+#include "core/mutex.h"
 #include "core/renewer.h"
 #include "core/token_history.h"
 #include "fencelock/client.h"
@@ -30,6 +33,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
   // Recorded in metrics(); a failure is logged (kInfo).
   Status release(LeaseState& lease, Clock::time_point deadline);
+  // The Lease of `lease` is gone without a release (release_timeout 0): its key no longer counts
+  // as held by this Client in kLocked messages.
+  void forget_held(const LeaseState& lease);
 
   Backend& backend() { return *backend_; }
   Renewer& renewer() { return renewer_; }
@@ -50,6 +56,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                                                       const AcquireOptions& options,
                                                       Clock::time_point deadline, bool campaign,
                                                       bool& contended);
+  // A kLocked status that names the key, and says so when this Client itself holds it (locks
+  // are not reentrant: a user who takes a key twice meets it here).
+  Status explain_locked(const LockKey& key, const Status& status) const;
   // A grant whose token is not above `granted_before` (TokenHistory): released, and refused
   // with kUnavailable.
   Status refuse_backwards(const LockKey& key, const OwnerId& owner, const Grant& grant,
@@ -63,6 +72,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   const std::string issuer_identity_;
   Metrics metrics_;
   TokenHistory tokens_;  // the largest token granted per key, for refuse_backwards()
+  mutable Mutex held_mu_;
+  // The keys of this Client's unreleased leases, with their tokens (explain_locked()).
+  std::multimap<std::string, std::uint64_t> held_ FENCELOCK_GUARDED_BY(held_mu_);
   LocalQueue queue_;
   Renewer renewer_;
 };

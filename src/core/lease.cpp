@@ -26,6 +26,7 @@ Lease::~Lease() {
       (void)core->release(*state_, detail::Clock::now() + budget);
     } else {
       core->renewer().remove(state_.get());
+      core->forget_held(*state_);
       state_->mark_lost();
     }
   }

@@ -165,9 +165,27 @@ TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   auto second = b.acquire(k, {.ttl = 10s});
   EXPECT_EQ(second.code(), Code::kLocked) << second.status().to_string();
+  // The refusal names the key; another Client's is not told it holds it.
+  EXPECT_NE(second.status().message().find("'" + k.str() + "'"), std::string::npos)
+      << second.status().to_string();
+  EXPECT_EQ(second.status().message().find("not reentrant"), std::string::npos);
   auto same_client =
       a.acquire(k, {.ttl = 10s});  // not re-entrant: a second grant is a second holder
   EXPECT_EQ(same_client.code(), Code::kLocked);
+  // ... and says that this Client holds it, with the token, and why that is refused.
+  const std::string why = same_client.status().message();
+  EXPECT_NE(why.find("this Client holds it itself (token " + std::to_string(held->token().value()) +
+                     ", not released)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("not reentrant"), std::string::npos) << why;
+  ASSERT_TRUE(held->release().ok());
+  auto again = b.acquire(k, {.ttl = 10s});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  auto after_release = a.acquire(k, {.ttl = 10s});
+  EXPECT_EQ(after_release.code(), Code::kLocked);
+  EXPECT_EQ(after_release.status().message().find("holds it itself"), std::string::npos)
+      << "a released Lease still counts as held: " << after_release.status().to_string();
 }
 
 TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention) {
