@@ -173,8 +173,8 @@ struct Lateness {
 };
 
 // Takes `count` probe leases with renewal off, one every `spacing`, so that the watchdog is
-// what declares each lost, and records when lost() fired. DESIGN.md section 1.1: that time must
-// not depend on how many leases the Client holds.
+// what declares each lost, and records when lost() fired. the contract in docs/PROTOCOLS.md: that
+// time must not depend on how many leases the Client holds.
 Lateness measure_lost_lateness(Client& client, int leases, std::chrono::milliseconds ttl, int count,
                                Clock::duration spacing) {
   struct Probe {

@@ -6,8 +6,8 @@
 // /metrics, read with curl), client CPU (user + sys) as a share of one core, and client memory
 // per lease (resident set growth / N). Then, still holding the N leases, it takes short probe
 // leases with renewal off and reports how late their lost() fired relative to valid_until()
-// (the contract: never later; DESIGN.md section 1.1: independent of N). Nothing else may use
-// the servers meanwhile.
+// (the contract: never later; the contract in docs/PROTOCOLS.md: independent of N). Nothing else
+// may use the servers meanwhile.
 #pragma once
 
 #include <chrono>

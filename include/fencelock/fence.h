@@ -1,4 +1,4 @@
-// fencelock/fence.h: resource-side guards that check fencing tokens (DESIGN.md section 5).
+// fencelock/fence.h: resource-side guards that check fencing tokens (docs/PROTOCOLS.md, "Fences").
 //
 // A lock alone cannot keep a resource safe: a holder paused past its TTL (GC, SIGSTOP, a slow
 // disk) wakes up still believing it holds the lock. The resource must check the token of every

@@ -11,6 +11,7 @@
 #include <compare>
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -62,6 +63,10 @@ class FencingToken {
   // clang-tidy 14 reports the literal 0 of the comparison it synthesizes (llvm/llvm-project#53961).
   // NOLINTNEXTLINE(modernize-use-nullptr)
   friend constexpr auto operator<=>(FencingToken, FencingToken) = default;
+  // The decimal value, as the CLI prints it ($FENCELOCK_TOKEN). fmt: fencelock/fmt.h.
+  friend std::ostream& operator<<(std::ostream& out, FencingToken token) {
+    return out << token.value_;
+  }
 
  private:
   std::uint64_t value_;

@@ -3,8 +3,9 @@
 // moved to another deadline or taken out in O(log n), without a search.
 //
 // The Renewer keeps one heap per order it needs (renewal due, renewal window, lost() time), so
-// that a wake-up looks only at the leases that are due, never at every lease held (DESIGN.md
-// section 1.1: lost() timing must not depend on how many leases a Client holds).
+// that a wake-up looks only at the leases that are due, never at every lease held
+// (docs/PROTOCOLS.md, the contract: lost() timing must not depend on how many leases a Client
+// holds).
 //
 // An item is a T with a std::size_t member, named by the `Slot` template argument, that belongs
 // to the heap: kNotInHeap while the item is not queued (initialise it so). The heap holds a

@@ -1,5 +1,5 @@
-// Redlock arithmetic (pure: no I/O, no clocks read). See DESIGN.md section 3.1 and the unit tests
-// in tests/unit/quorum_test.cpp and tests/unit/round2_simulation_test.cpp.
+// Redlock arithmetic (pure: no I/O, no clocks read). See docs/PROTOCOLS.md, "Redis and Redlock" and
+// the unit tests in tests/unit/quorum_test.cpp and tests/unit/round2_simulation_test.cpp.
 #pragma once
 
 #include <chrono>

@@ -258,7 +258,7 @@ void Renewer::run_round() {
   const Clock::duration round_time = Clock::now() - sent_at;
   now = Clock::now();
   // The leases renewed together come due together: the watchdog starts on them early enough to
-  // fire them all by their validity, whatever their number (DESIGN.md section 1.1).
+  // fire them all by their validity, whatever their number (the contract in docs/PROTOCOLS.md).
   std::size_t renewing = 0;
   for (const RenewOutcome& outcome : outcomes) renewing += outcome.kind == RenewOutcome::kRenewed;
   const Clock::time_point bookkeeping_start = now;

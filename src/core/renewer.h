@@ -9,8 +9,8 @@
 //    end, so that a renewal stuck on a dead server can never delay the signal.
 // A renewal the backend rejects (key gone or taken over) fires lost() at once.
 //
-// Work follows the leases that come due, never the leases held (DESIGN.md section 1.1). Each
-// schedule is a DeadlineHeap (core/deadline_heap.h) and each thread looks only at its earliest
+// Work follows the leases that come due, never the leases held (the contract in docs/PROTOCOLS.md).
+// Each schedule is a DeadlineHeap (core/deadline_heap.h) and each thread looks only at its earliest
 // entries:
 //  - the lost() schedule is guarded by watch_mu_, which the watchdog takes alone and every other
 //    thread holds for one O(log n) step at a time: a renewal round of 100,000 leases never holds
@@ -66,8 +66,8 @@ class Renewer {
   // Renewal rounds sent so far (each is one backend renew_all call).
   std::uint64_t rounds() const;
 
-  // Leases each thread has looked at so far, for tests of DESIGN.md section 1.1: both follow
-  // the leases that came due, whatever the number of leases held.
+  // Leases each thread has looked at so far, for tests of the contract in docs/PROTOCOLS.md: both
+  // follow the leases that came due, whatever the number of leases held.
   struct Work {
     std::uint64_t watchdog = 0;  // leases whose lost() time came (fired, or found renewed)
     std::uint64_t renewal = 0;   // leases taken into a renewal round (or dropped there as lost)

@@ -1,4 +1,4 @@
-// Parsing of backend URIs (pure: no I/O). Grammar, per DESIGN.md section 3:
+// Parsing of backend URIs (pure: no I/O). Grammar, per docs/PROTOCOLS.md:
 //   redis://[user:pass@]host[:port][/db]
 //   redlock://[user:pass@]h1[:p1],h2[:p2],...[/db]
 //   memory://[name]

@@ -1,4 +1,4 @@
-// etcd:// backend (DESIGN.md section 3.3): etcd's concurrency.Mutex over the project's own
+// etcd:// backend (docs/PROTOCOLS.md, "etcd"): etcd's concurrency.Mutex over the project's own
 // gRPC stubs, with one session lease per distinct TTL per Client.
 //
 // Layout (etcd/etcd_keys.h): lock NAME is held by the key NAME/<lease hex> with the lowest

@@ -1,4 +1,4 @@
-// The etcd mutex key layout (DESIGN.md section 3.3), as pure functions: no I/O.
+// The etcd mutex key layout (docs/PROTOCOLS.md, "etcd"), as pure functions: no I/O.
 //
 // A lock NAME is a set of keys NAME/<lease id in lowercase hex>, one per session in line for it
 // (the layout of etcd's concurrency.Mutex, so `etcdctl lock NAME` and fencelock exclude each

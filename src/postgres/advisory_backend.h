@@ -1,4 +1,5 @@
-// postgres://...?mode=advisory (the default): session-level advisory locks (DESIGN.md 3.2).
+// postgres://...?mode=advisory (the default): session-level advisory locks (docs/PROTOCOLS.md,
+// "PostgreSQL").
 //
 // A lock is an advisory lock held by one pooled session (session_pool.h); the key is mapped by
 // advisory_key.h, so psql's pg_advisory_lock(12345) and fencelock's "12345" exclude each other.

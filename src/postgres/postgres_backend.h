@@ -1,4 +1,4 @@
-// postgres:// and postgresql:// backends (DESIGN.md section 3.2).
+// postgres:// and postgresql:// backends (docs/PROTOCOLS.md, "PostgreSQL").
 //
 // The URI is a libpq connection URI (sslmode, passwords from PGPASSWORD or ~/.pgpass, several
 // hosts, ...) plus fencelock's own query parameters, which are removed before libpq sees it:

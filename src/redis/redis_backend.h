@@ -1,4 +1,4 @@
-// redis:// and redlock:// backends (DESIGN.md section 3.1).
+// redis:// and redlock:// backends (docs/PROTOCOLS.md, "Redis and Redlock").
 //
 // redis://  is Redlock with N = 1: the same scripts, and round 1 alone is monotonic.
 // redlock:// runs round 1 on every instance in parallel, takes the maximum counter over the

@@ -1,5 +1,5 @@
-// The conformance suite: every guarantee of DESIGN.md section 1, checked against every backend
-// through the public API only. Each test is named after the guarantee it checks.
+// The conformance suite: every guarantee of the contract in docs/PROTOCOLS.md, checked against
+// every backend through the public API only. Each test is named after the guarantee it checks.
 //
 // Backends: memory://, redis:// (one real redis-server), redlock:// (three real redis-servers).
 // A backend joins by adding its harness tag to Backends below; the cases never change.

@@ -1,7 +1,7 @@
 // The project's etcd .proto (src/etcd/*.proto) against real etcd 3.4 members: each service and
 // stream fencelock's etcd backend will use, called through the generated stubs, answers with the
 // fields the proto says. Also pins the layout of `etcdctl lock` that the fencelock mutex must
-// share (DESIGN.md section 3.3): key NAME/<lease id in lowercase hex>, holder = lowest create
+// share (docs/PROTOCOLS.md, "etcd"): key NAME/<lease id in lowercase hex>, holder = lowest create
 // revision under NAME/, the key removed when etcdctl's session ends.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -35,7 +35,7 @@ class Harness {
   virtual void crashed(const std::string& key) { (void)key; }
   // Whether valid_until() bounds when another client can be granted. False for PostgreSQL
   // advisory locks: an ended session frees the lock at once, so lost() can only follow (within
-  // the health-check interval) and fencing tokens carry safety (DESIGN.md section 1).
+  // the health-check interval) and fencing tokens carry safety (the contract in docs/PROTOCOLS.md).
   virtual bool validity_bounds_exclusion() const { return true; }
 };
 

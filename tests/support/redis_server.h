@@ -11,7 +11,7 @@
 //                 set), so a test can check both the ACL login and, separately, a password-only
 //                 login.
 //   appendonly    --appendonly yes --appendfsync always: data survives kill() + restart(), the
-//                 persistence assumption of DESIGN.md section 3.1.
+//                 persistence assumption of docs/PROTOCOLS.md, "Redis and Redlock".
 // The helpers in this file (command(), keys(), readiness checks) authenticate as acl_user when it
 // is set, else with `password` when that is set, else not at all.
 //

@@ -1,6 +1,6 @@
-// Specification of the per-key local FIFO (src/core/local_queue.h, DESIGN.md section 2,
-// "Coalescing"): threads of one process line up per key, only the head proceeds, and giving up
-// (deadline or cancellation) leaves the line.
+// Specification of the per-key local FIFO (src/core/local_queue.h, docs/PROTOCOLS.md, "In-process
+// behaviour common to all backends", "Coalescing"): threads of one process line up per key, only
+// the head proceeds, and giving up (deadline or cancellation) leaves the line.
 #include "core/local_queue.h"
 
 #include <chrono>

@@ -1,5 +1,5 @@
-// Specification of the Redlock arithmetic (src/core/quorum.h, DESIGN.md section 3.1): majorities,
-// the drift allowance, the validity deadline and the round-1 token choice.
+// Specification of the Redlock arithmetic (src/core/quorum.h, docs/PROTOCOLS.md, "Redis and
+// Redlock"): majorities, the drift allowance, the validity deadline and the round-1 token choice.
 #include "core/quorum.h"
 
 #include <chrono>

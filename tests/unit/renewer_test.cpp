@@ -1,6 +1,7 @@
-// Specification of the Renewer (src/core/renewer.h, DESIGN.md sections 1 and 2): held leases are
-// renewed before their validity ends, in one batched backend call per round, and lost() fires at
-// once on a rejection and never later than valid_until() when renewals stop succeeding.
+// Specification of the Renewer (src/core/renewer.h, docs/PROTOCOLS.md, the contract and the
+// in-process behaviour): held leases are renewed before their validity ends, in one batched backend
+// call per round, and lost() fires at once on a rejection and never later than valid_until() when
+// renewals stop succeeding.
 //
 // The backend is a hand-written fake that records every renew_all call and answers with an
 // outcome chosen by the test. Every wait is for an event (a recorded call, a lost() signal) with a
@@ -440,9 +441,9 @@ TEST(Renewer, LeaseWithoutRenewalDoesNotJoinOtherLeasesRounds) {
   for (const RenewCall& call : backend.calls()) EXPECT_FALSE(contains(call, "fixed"));
 }
 
-// DESIGN.md section 1.1: lost() timing must not depend on how many leases a Client holds. The
-// tests below count the leases each thread looks at instead of timing it: with 100,000 leases
-// held, that count follows the leases that come due, never the leases held. (Before the fix,
+// the contract in docs/PROTOCOLS.md: lost() timing must not depend on how many leases a Client
+// holds. The tests below count the leases each thread looks at instead of timing it: with 100,000
+// leases held, that count follows the leases that come due, never the leases held. (Before the fix,
 // with every lease scanned on every wake-up, a 20 ms lease fired lost() up to 40 ms after its
 // valid_until() next to 100,000 others.)
 constexpr int kHeld = 100'000;

@@ -1,5 +1,6 @@
-// DESIGN.md section 3.1, "Fencing for N > 1": why Redlock needs a second round to hand out
-// fencing tokens that only grow, shown on a deterministic simulation (no Redis, no threads).
+// docs/PROTOCOLS.md, "Redis and Redlock", "Fencing for N > 1": why Redlock needs a second round to
+// hand out fencing tokens that only grow, shown on a deterministic simulation (no Redis, no
+// threads).
 //
 // Each simulated instance holds what the Lua scripts of src/redis/scripts/ touch: the lock's owner
 // and expiry, and the key's fence counter. Time is a plain integer clock advanced by the test.
@@ -165,7 +166,8 @@ void bump_alone(SimulatedRedlock& sim, int instance, int times, OwnerTag& next_o
   }
 }
 
-// --- the concrete scenario of DESIGN.md 3.1 ------------------------------------------------------
+// --- the concrete scenario of docs/PROTOCOLS.md, "Redis and Redlock"
+// ------------------------------------------------------
 
 // A: counter bumped to 5 by minority attempts. X wins {A,B}: t = max(6, 1) = 6. X's lease expires
 // (X crashed or is paused). Y then wins {B,C}.

@@ -1,7 +1,8 @@
-// Specification of the value types of include/fencelock/types.h and status.h (DESIGN.md section 1):
-// lock keys are 1..512 non-NUL bytes, owner ids are 128 random bits, tokens are ordered, and the
-// types cannot be mixed up.
+// Specification of the value types of include/fencelock/types.h and status.h (the contract in
+// docs/PROTOCOLS.md): lock keys are 1..512 non-NUL bytes, owner ids are 128 random bits, tokens are
+// ordered, and the types cannot be mixed up.
 #include <set>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -10,6 +11,7 @@
 
 #include "core/token_text.h"
 #include "fencelock/fence.h"
+#include "fencelock/fmt.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
 #include "unit/printers.h"
@@ -131,6 +133,17 @@ TEST(OwnerId, ShortHexIsTheFirstEightDigits) {
 }
 
 // --- FencingToken ------------------------------------------------------------------------------
+
+// A token prints as its decimal value with iostreams and {fmt} (fencelock/fmt.h), the whole
+// uint64 range included; a Status formats as to_string().
+TEST(FencingToken, PrintsAndFormatsAsItsDecimalValue) {
+  std::ostringstream out;
+  out << FencingToken(42) << ' ' << FencingToken(UINT64_MAX);
+  EXPECT_EQ(out.str(), "42 18446744073709551615");
+  EXPECT_EQ(fmt::format("{}", FencingToken(7)), "7");
+  EXPECT_EQ(fmt::format("{:>4}|{:x}", FencingToken(7), FencingToken(255)), "   7|ff");
+  EXPECT_EQ(fmt::format("{}", Status(Code::kLocked, "held")), "locked: held");
+}
 
 TEST(FencingToken, OrdersByValue) {
   constexpr FencingToken one(1), two(2);

@@ -1,4 +1,4 @@
-// Specification of backend URI parsing (src/core/uri.h, DESIGN.md section 3): the accepted forms,
+// Specification of backend URI parsing (src/core/uri.h, docs/PROTOCOLS.md): the accepted forms,
 // and that every malformed URI is an InvalidArgument whose message never echoes the password.
 #include "core/uri.h"
 
