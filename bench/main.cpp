@@ -75,8 +75,9 @@ int main(int argc, char** argv) try {
   }
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  nlohmann::json machine = {
-      {"cores", std::thread::hardware_concurrency()}, {"host", host}, {"version", "0.1.0"}};
+  nlohmann::json machine = {{"cores", std::thread::hardware_concurrency()},
+                            {"host", host},
+                            {"version", FENCELOCK_VERSION}};
   fmt::print("fencelock_bench 0.1.0 on {} cores; {} s per scenario\n",
              std::thread::hardware_concurrency(), seconds);
   std::vector<nlohmann::json> results;

@@ -89,7 +89,7 @@
  *  - NO_ROUND2: the token is the max of INCR over the majority without round 2's write-back
  *    (the design before round 2; tests/unit/round2_simulation_test.cpp shows it by hand).
  *  - REUSE_VALUE: every attempt of a client writes the same lock value (the owner id): the code
- *    before issue 12 (commit 74cfaf5). A delayed release of a failed attempt deletes the
+ *    before per-attempt values (commit 74cfaf5). A delayed release of a failed attempt deletes the
  *    client's later grant on a majority, and another client is granted while it holds.
  *  - COUNTER_ONLY: counters are plain INCR (no clock floor), with the same data losses: the
  *    design before clock-seeded counters, which the second review broke (a token not above an

@@ -7,8 +7,8 @@
 #
 # FENCELOCK_BIN names the binary (default build/fencelock; a copy lets you keep building while
 # it runs); FENCELOCK_SKIP_BUILD=1 skips deps.sh and build.sh. FENCELOCK_RELIABILITY_GROUPS picks
-# the rows (default "base faults12": base = every backend x the first eight fault kinds, the AOF
-# row and the weaker fences; faults12 = the fault classes of issue 12: admin-delete, delay-one,
+# the rows (default "base lock-faults": base = every backend x the first eight fault kinds, the AOF
+# row and the weaker fences; lock-faults = the fault classes that act on the lock itself: admin-delete, delay-one,
 # cancel-race, minority-stall, many-leases, evict, server-kill against a lazy WAL writer, failover
 # to an asynchronous and a synchronous standby);
 # FENCELOCK_RELIABILITY_APPEND=1 adds to RESULTS instead of starting it afresh.
@@ -33,7 +33,7 @@ fi
 eval "$(./scripts/servers.sh env)"
 mkdir -p "$(dirname "$out")"
 [[ -n ${FENCELOCK_RELIABILITY_APPEND:-} ]] || : >"$out"
-groups=" ${FENCELOCK_RELIABILITY_GROUPS:-base faults12} "
+groups=" ${FENCELOCK_RELIABILITY_GROUPS:-base lock-faults} "
 
 backends=(
   "redis $FENCELOCK_REDIS_URI"
@@ -77,7 +77,7 @@ unset FENCELOCK_SERVICES FENCELOCK_REDIS_PORTS FENCELOCK_REDIS_APPENDONLY FENCEL
 run "redis, write-only fence" "$FENCELOCK_REDIS_URI" pause --fence write-only
 run "redis, no fence" "$FENCELOCK_REDIS_URI" pause --fence none
 fi
-if [[ $groups == *" faults12 "* ]]; then
+if [[ $groups == *" lock-faults "* ]]; then
   for entry in "${backends[@]}"; do
     read -r label uri <<<"$entry"
     run "$label" "$uri" admin-delete "${control[@]}"

@@ -105,10 +105,10 @@ std::string write_control_script(const std::string& dir, RedisCluster& cluster) 
   return path;
 }
 
-// Issue 12's fault classes on Redlock: the lock taken away behind the holder's back (its holder
-// must learn within a renewal period, and the next holder's overlap is then excused), one of
-// three instances silent for 1.5 TTL while TTLs are short, and one request or reply held past
-// later commands of other clients.
+// The fault classes that act on the lock, on Redlock: the lock taken away behind the holder's back
+// (its holder must learn within a renewal period, and the next holder's overlap is then excused),
+// one of three instances silent for 1.5 TTL while TTLs are short, and one request or reply held
+// past later commands of other clients.
 TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAStalledMinorityAndADelayedCommand) {
   auto cluster = RedisCluster::start(3);
   const std::string dir = make_temp_dir("fencelock-torture-control-");
@@ -307,7 +307,7 @@ TEST(TortureCli, SymlinksPlantedInTheWorkDirAreNeverFollowed) {
 }
 
 // The control program runs by fork and exec with an argument vector: shell syntax in --work-dir
-// (which names its log) is never interpreted. With std::system, as before issue 11, this work
+// (which names its log) is never interpreted. With std::system, as before, this work
 // directory ran `touch .../INJECTED`.
 TEST(TortureCli, ShellSyntaxInTheWorkDirIsNeverRun) {
   auto server = RedisServer::start();

@@ -443,9 +443,9 @@ TEST(Renewer, LeaseWithoutRenewalDoesNotJoinOtherLeasesRounds) {
 
 // the contract in docs/PROTOCOLS.md: lost() timing must not depend on how many leases a Client
 // holds. The tests below count the leases each thread looks at instead of timing it: with 100,000
-// leases held, that count follows the leases that come due, never the leases held. (Before the fix,
-// with every lease scanned on every wake-up, a 20 ms lease fired lost() up to 40 ms after its
-// valid_until() next to 100,000 others.)
+// leases held, that count follows the leases that come due, never the leases held. (Before the
+// deadline heaps, with every lease scanned on every wake-up, a 20 ms lease fired lost() up to 40 ms
+// after its valid_until() next to 100,000 others.)
 constexpr int kHeld = 100'000;
 
 // Leases that come due neither for renewal (ttl/3 = 20 min) nor for lost() during a test.

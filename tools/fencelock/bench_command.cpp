@@ -22,10 +22,6 @@
 #include "reporter.h"
 #include "scenarios.h"
 
-#ifndef FENCELOCK_VERSION
-#define FENCELOCK_VERSION "0.1.0"
-#endif
-
 namespace fencelock::cli {
 
 namespace {

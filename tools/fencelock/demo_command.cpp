@@ -73,7 +73,7 @@ int summarize(const std::vector<Row>& rows, bool json, const char* hint = nullpt
                : "\nA run proved nothing (INCONCLUSIVE, see the rows above): run the demo again.");
   if (hint != nullptr) say(std::string("\n") + hint);
   if (json) std::fputs((json_line(out) + "\n").c_str(), stderr);
-  return safe ? kExitOk : unsafe ? 1 : 2;
+  return safe ? kExitOk : unsafe ? kExitViolation : kExitInconclusive;
 }
 
 std::vector<std::pair<std::string, std::string>> default_backends() {

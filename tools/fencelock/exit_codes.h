@@ -27,6 +27,12 @@ inline constexpr int kExitCannotExecute = 126;
 inline constexpr int kExitNotFound = 127;
 // 128 + N: the command was killed by signal N, or fencelock was interrupted by it while waiting.
 inline constexpr int kExitSignalBase = 128;
+// torture and demo: a safety violation was found (torture: the checker; demo: a stale write
+// admitted or a lost update).
+inline constexpr int kExitViolation = 1;
+// torture and demo: nothing refuted, but no verdict either (a fault that never took effect, a
+// step that failed).
+inline constexpr int kExitInconclusive = 2;
 
 // The exit code for a failed library call (REQUIRES: code != kOk).
 int exit_code_for(Code code);

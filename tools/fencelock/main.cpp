@@ -27,10 +27,6 @@
 #include "terminal_text.h"
 #include "torture/torture_command.h"
 
-#ifndef FENCELOCK_VERSION
-#define FENCELOCK_VERSION "0.1.0"
-#endif
-
 namespace fencelock::cli {
 namespace {
 

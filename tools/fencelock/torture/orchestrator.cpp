@@ -39,9 +39,8 @@ bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
 
 // The kind argument of `PROGRAM admin-delete KIND KEY` for a backend URI.
 std::string admin_kind(const std::string& uri) {
-  if (uri.starts_with("redis://") || uri.starts_with("rediss://") || uri.starts_with("redlock://"))
-    return "redis";
-  if (uri.starts_with("etcd://")) return "etcd";
+  if (uri.starts_with("redis://") || uri.starts_with("redlock://")) return "redis";
+  if (uri.starts_with("etcd://") || uri.starts_with("etcds://")) return "etcd";
   if (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
     return uri.find("mode=lease") != std::string::npos ? "postgres-lease" : "postgres-advisory";
   return "";

@@ -32,9 +32,6 @@ using namespace torture;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kExitViolation = 1;
-constexpr int kExitInconclusive = 2;
-
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
 
