@@ -10,7 +10,9 @@
 #                                every backend and etcd's own-key tests under TSan; suppressions in
 #                                tests/tsan.supp
 #
-# Tests start their own redis-server processes (tests/support); no scripts/servers.sh needed.
+# Tests start their own redis-server, PostgreSQL (and PgBouncer) and etcd processes on free
+# loopback ports (tests/support), installing the packages when missing; no scripts/servers.sh
+# needed.
 # FENCELOCK_JOBS sets the build and test parallelism (default 2). Exits non-zero on any failure.
 set -euo pipefail
 

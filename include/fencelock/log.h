@@ -27,7 +27,8 @@ enum class LogLevel {
   kDebug,    // routine events worth tracing: a renewal not confirmed (retried until validity ends)
   kInfo,     // notable events that need no action: a release failed, the lock expires by its TTL
   kWarning,  // a lease was lost before its release: its holder must stop working under it
-  kError,    // failures fencelock cannot recover from (none are logged yet)
+  kError,    // failures fencelock cannot recover from: a backend's renewal that failed without
+             // reporting it (its leases are declared lost)
 };
 
 using LogSink = std::function<void(LogLevel level, std::string_view message)>;

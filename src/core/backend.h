@@ -1,8 +1,11 @@
 // Backend: the interface every lock service implements (redis::Redlock, memory::Backend, ...).
 //
 // The Client owns the contract of fencelock/client.h (local queue, renewal, lost signalling);
-// a Backend only speaks its protocol. Every method is blocking, bounded by the deadline it is
-// given, and safe to call from several threads at once.
+// a Backend only speaks its protocol. Every method is blocking and safe to call from several
+// threads at once. The calls that take a deadline (acquire, release, guarded_put, proclaim) are
+// bounded by it; the others (try_acquire, renew_all, inspect, list, leader, observe) by the
+// backend's own I/O timeout (ClientOptions::io_timeout) per request, not by a deadline of the
+// caller's: the engine's interface will give every call one.
 #pragma once
 
 #include <chrono>

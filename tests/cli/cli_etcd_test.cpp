@@ -74,7 +74,7 @@ TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
       {"etcdctl", "--endpoints=" + cluster_->endpoints(), "lock", "shared-job", "--", "sh", "-c",
        "echo held; while [ ! -e '" + release + "' ]; do sleep 0.05; done"},
       {"ETCDCTL_API=3"}, etcdctl_out);
-  ASSERT_TRUE(wait_until([&] { return read_file(etcdctl_out) == "held\n"; }));
+  ASSERT_TRUE(eventually([&] { return read_file(etcdctl_out) == "held\n"; }));
   RunResult refused =
       run_cli({"run", "--backend", backend, "--wait", "0", "shared-job", "--", "true"});
   EXPECT_EQ(refused.exit_code, 75) << refused.stderr_text;
@@ -84,7 +84,7 @@ TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
   ChildProcess waiter = spawn_cli({"run", "--backend", backend, "--wait", "30s", "shared-job", "--",
                                    "sh", "-c", "echo $FENCELOCK_TOKEN > '" + granted + "'"},
                                   dir_ + "/waiter.out", dir_ + "/waiter.err");
-  ASSERT_TRUE(wait_until([&] {
+  ASSERT_TRUE(eventually([&] {
     return keys_under("shared-job/") == 2;  // etcdctl's and the waiter's
   }));
   EXPECT_FALSE(file_exists(granted)) << "run was granted while etcdctl held the lock";
@@ -99,12 +99,12 @@ TEST_F(CliEtcd, RunAndEtcdctlLockExcludeEachOtherBothWays) {
       spawn_cli({"run", "--backend", backend, "shared-job", "--", "sh", "-c",
                  "touch '" + started + "'; while [ ! -e '" + finish + "' ]; do sleep 0.05; done"},
                 dir_ + "/holder.out", dir_ + "/holder.err");
-  ASSERT_TRUE(wait_until([&] { return file_exists(started); }));
+  ASSERT_TRUE(eventually([&] { return file_exists(started); }));
   const std::string second_out = dir_ + "/etcdctl2.out";
   ChildProcess contender = ChildProcess::spawn(
       {"etcdctl", "--endpoints=" + cluster_->endpoints(), "lock", "shared-job", "echo", "held"},
       {"ETCDCTL_API=3"}, second_out);
-  ASSERT_TRUE(wait_until([&] { return keys_under("shared-job/") == 2; }));
+  ASSERT_TRUE(eventually([&] { return keys_under("shared-job/") == 2; }));
   EXPECT_EQ(read_file(second_out), "") << "etcdctl locked while fencelock run held the lock";
   std::ofstream(finish).put('\n');
   EXPECT_EQ(holder.wait_for(30s), std::optional<int>(0)) << read_file(dir_ + "/holder.err");
@@ -120,7 +120,7 @@ TEST_F(CliEtcd, RunStopsTheCommandAndExits73WhenAnAdminDeletesItsKey) {
       spawn_cli({"run", "--backend", cluster_->uri(), "--ttl", "3s", "deleted-job", "--", "sh",
                  "-c", "touch '" + started + "'; exec sleep 60"},
                 dir_ + "/holder.out", dir_ + "/holder.err");
-  ASSERT_TRUE(wait_until([&] { return file_exists(started); })) << read_file(dir_ + "/holder.err");
+  ASSERT_TRUE(eventually([&] { return file_exists(started); })) << read_file(dir_ + "/holder.err");
   ASSERT_EQ(cluster_->etcdctl({"del", "deleted-job/", "--prefix"}), "1\n");
   EXPECT_EQ(holder.wait_for(15s), std::optional<int>(73)) << read_file(dir_ + "/holder.err");
   EXPECT_NE(read_file(dir_ + "/holder.err").find("lost"), std::string::npos)
@@ -132,15 +132,15 @@ TEST_F(CliEtcd, ElectHoldsUntilSignalledWhileObserveAndWaitZeroSeeTheLeader) {
   const std::string observe_out = dir_ + "/observe.out";
   ChildProcess observer = spawn_cli({"elect", "--observe", "--json", "--backend", backend, "jobs"},
                                     observe_out, dir_ + "/observe.err");
-  ASSERT_TRUE(wait_until([&] { return read_lines(observe_out).size() == 1; }));
+  ASSERT_TRUE(eventually([&] { return read_lines(observe_out).size() == 1; }));
   EXPECT_EQ(nlohmann::json::parse(read_lines(observe_out)[0])["leader"], nullptr);
 
   const std::string leader_out = dir_ + "/leader.out";
   ChildProcess leader = spawn_cli({"elect", "--backend", backend, "--ttl", "5s", "jobs", "node-a"},
                                   leader_out, dir_ + "/leader.err");
-  ASSERT_TRUE(wait_until([&] { return read_file(leader_out).starts_with("elected: node-a"); }))
+  ASSERT_TRUE(eventually([&] { return read_file(leader_out).starts_with("elected: node-a"); }))
       << read_file(dir_ + "/leader.err");
-  ASSERT_TRUE(wait_until([&] { return read_lines(observe_out).size() == 2; }));
+  ASSERT_TRUE(eventually([&] { return read_lines(observe_out).size() == 2; }));
   auto seen = nlohmann::json::parse(read_lines(observe_out)[1]);
   EXPECT_EQ(seen["election"], "jobs");
   EXPECT_EQ(seen["leader"]["value"], "node-a");
@@ -151,7 +151,7 @@ TEST_F(CliEtcd, ElectHoldsUntilSignalledWhileObserveAndWaitZeroSeeTheLeader) {
 
   leader.signal(SIGTERM);  // resigns
   EXPECT_EQ(leader.wait_for(15s), std::optional<int>(0)) << read_file(dir_ + "/leader.err");
-  ASSERT_TRUE(wait_until([&] { return read_lines(observe_out).size() == 3; }));
+  ASSERT_TRUE(eventually([&] { return read_lines(observe_out).size() == 3; }));
   EXPECT_EQ(nlohmann::json::parse(read_lines(observe_out)[2])["leader"], nullptr);
   observer.signal(SIGINT);
   EXPECT_EQ(observer.wait_for(15s), std::optional<int>(0)) << read_file(dir_ + "/observe.err");

@@ -35,8 +35,7 @@ RunResult run_cli(const std::vector<std::string>& args, std::vector<std::string>
 ChildProcess spawn_cli(const std::vector<std::string>& args, const std::string& stdout_file,
                        const std::string& stderr_file, std::vector<std::string> env = {});
 
-// Checks `condition` every few milliseconds until it holds (true) or `timeout` passes (false).
-bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 15s);
+// Waiting for an event: eventually() of support/process.h.
 
 bool file_exists(const std::string& path);
 

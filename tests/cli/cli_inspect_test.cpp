@@ -137,7 +137,7 @@ TEST_F(CliInspect, StatusAndListShowAHeldLockThenFree) {
        "trap 'kill $! 2>/dev/null; exit 0' TERM; echo started > \"$1\"; sleep 60 & wait", "sh",
        path("started")},
       path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+  ASSERT_TRUE(eventually([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
 
   auto status = cli({"status", "--json", "jobs/nightly"});

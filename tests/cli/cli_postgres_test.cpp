@@ -19,7 +19,7 @@ TEST_F(CliPostgres, PsqlAdvisoryLockMakesRunExit75AndRunMakesPsqlTryFail) {
   ChildProcess psql =
       ChildProcess::spawn({"psql", "-X", "-q", server_->uri(), "-c",
                            "SELECT pg_advisory_lock(12345)", "-c", "SELECT pg_sleep(60)"});
-  ASSERT_TRUE(wait_until([&] {
+  ASSERT_TRUE(eventually([&] {
     return server_->sql(
                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = "
                "12345") == "1";

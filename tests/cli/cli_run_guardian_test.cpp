@@ -148,7 +148,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
         spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", key, "--", "sh", "-c",
                    "setsid \"$0\" \"$1\".a & exec \"$0\" \"$1\".b", MONOTONIC_WRITER, out},
                   out + ".stdout", out + ".stderr");
-    ASSERT_TRUE(wait_until([&] {
+    ASSERT_TRUE(eventually([&] {
       return !writes_in(out + ".a").at.empty() && !writes_in(out + ".b").at.empty();
     })) << read_file(out + ".stderr");
     const std::optional<pid_t> guardian = guardian_of(cli.pid());
@@ -163,7 +163,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
     } else {
       cli.signal(SIGSTOP);
     }
-    ASSERT_TRUE(wait_until([&] { return all_threads_stopped(cli.pid()); }));
+    ASSERT_TRUE(eventually([&] { return all_threads_stopped(cli.pid()); }));
     // Nothing of fencelock runs now: its valid_until() no longer moves.
     const std::int64_t stopped_at = monotonic_ns();
     const std::optional<std::int64_t> bound = bound_on_valid_until(key, kDriftNs);
@@ -171,7 +171,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
     const std::int64_t valid_until_bound = *bound;
 
     for (pid_t pid : writers) {
-      EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s))
+      EXPECT_TRUE(eventually([&] { return !process_alive(pid); }, 10s))
           << "writer " << pid << " ran on past the lease while fencelock was stopped";
     }
     for (const char* suffix : {".a", ".b"}) {
@@ -200,7 +200,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetItsCommandWritePastTheLeasesVal
     EXPECT_EQ(*code, 73) << read_file(out + ".stderr");
     EXPECT_THAT(read_file(out + ".stderr"), HasSubstr("while fencelock (pid"));
     EXPECT_THAT(read_file(out + ".stderr"), HasSubstr("the guardian (pid"));
-    EXPECT_TRUE(wait_until([&] { return !process_alive(*guardian); }, 5s))
+    EXPECT_TRUE(eventually([&] { return !process_alive(*guardian); }, 5s))
         << "the guardian outlived fencelock";
   }
 }
@@ -225,14 +225,14 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetWorkThatKeepsMovingToNewPidsWri
          "for i in 1 2 3; do \"$0\" --hop \"$1\" & done; exec sleep 60", MONOTONIC_WRITER, out},
         out + ".stdout", out + ".stderr");
     // A few generations, so that the work has moved away from CMD's own pid and process group.
-    ASSERT_TRUE(wait_until([&] { return writes_in(out).at.size() >= 20; }))
+    ASSERT_TRUE(eventually([&] { return writes_in(out).at.size() >= 20; }))
         << read_file(out + ".stderr");
     const std::optional<pid_t> guardian = guardian_of(cli.pid());
     ASSERT_TRUE(guardian.has_value()) << "no fencelock-guard process shares a pipe with fencelock";
     const bool real_time = (::sched_getscheduler(*guardian) & ~SCHED_RESET_ON_FORK) == SCHED_RR;
 
     cli.signal(SIGSTOP);
-    ASSERT_TRUE(wait_until([&] { return all_threads_stopped(cli.pid()); }));
+    ASSERT_TRUE(eventually([&] { return all_threads_stopped(cli.pid()); }));
     const std::int64_t stopped_at = monotonic_ns();
     const std::optional<std::int64_t> bound = bound_on_valid_until(key, kDriftNs);
     ASSERT_TRUE(bound.has_value()) << "the lock is not held";
@@ -240,7 +240,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetWorkThatKeepsMovingToNewPidsWri
 
     // fencelock is a subreaper and reaps nothing while stopped: every generation stays below it.
     std::vector<pid_t> left;
-    EXPECT_TRUE(wait_until(
+    EXPECT_TRUE(eventually(
         [&] {
           left = living_descendants(cli.pid());
           return left.empty();
@@ -266,7 +266,7 @@ TEST_F(CliRunGuardian, AStoppedFencelockCannotLetWorkThatKeepsMovingToNewPidsWri
     const std::optional<int> code = cli.wait_for(15s);
     ASSERT_TRUE(code.has_value()) << read_file(out + ".stderr");
     EXPECT_EQ(*code, 73) << read_file(out + ".stderr");
-    EXPECT_TRUE(wait_until([&] { return !process_alive(*guardian); }, 5s))
+    EXPECT_TRUE(eventually([&] { return !process_alive(*guardian); }, 5s))
         << "the guardian outlived fencelock";
   }
 }
@@ -279,7 +279,7 @@ TEST_F(CliRunGuardian, WhenTheGuardianDiesTheCommandIsStoppedAndFencelockExits70
   ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "guardian-lost", "--", "sh",
                                 "-c", script, "sh", path("term"), path("started")},
                                path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+  ASSERT_TRUE(eventually([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
   const std::optional<pid_t> guardian = guardian_of(cli.pid());
   ASSERT_TRUE(guardian.has_value());

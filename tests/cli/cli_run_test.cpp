@@ -55,7 +55,7 @@ class CliRun : public ::testing::Test {
     args.push_back(path("term"));
     args.push_back(path("started"));
     ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
-    bool started = wait_until([&] { return file_exists(path("started")); });
+    bool started = eventually([&] { return file_exists(path("started")); });
     EXPECT_TRUE(started) << read_file(path("stderr"));
     return cli;
   }
@@ -195,7 +195,7 @@ TEST_F(CliRun, CommandIgnoringSigtermIsKilledAfterTheGrace) {
       "--",  "sh",           "-c",           "trap '' TERM; echo started > \"$1\"; sleep 60",
       "sh",  path("started")};
   ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+  ASSERT_TRUE(eventually([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
 
   server_->command({"DEL", "fencelock:{stubborn}"});
@@ -216,7 +216,7 @@ TEST_F(CliRun, ACommandIgnoringSigtermNeverOutlivesTheLeaseValidityByDefault) {
       "sh",    "-c",           "trap '' TERM; echo started > \"$1\"; while :; do sleep 0.05; done",
       "sh",    path("started")};
   ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+  ASSERT_TRUE(eventually([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
   server_->pause();
   auto code = cli.wait_for(20s);
@@ -251,7 +251,7 @@ TEST_F(CliRun, GraceOutlivesLeaseGivesTheWholeGraceAfterTheLoss) {
       "sh",
       path("started")};
   ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return file_exists(path("started")); }))
+  ASSERT_TRUE(eventually([&] { return file_exists(path("started")); }))
       << read_file(path("stderr"));
   server_->command({"DEL", "fencelock:{outlive-ok}"});
   auto code = cli.wait_for(15s);
@@ -292,10 +292,10 @@ TEST_F(CliRun, ASignalForwardedToACommandThatStoppedItselfLands) {
   ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "stopped-self", "--", "sh",
                                 "-c", kStopsItself, "sh", path("term"), path("pid")},
                                path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return !read_lines(path("pid")).empty(); }))
+  ASSERT_TRUE(eventually([&] { return !read_lines(path("pid")).empty(); }))
       << read_file(path("stderr"));
   const pid_t command = static_cast<pid_t>(std::stol(read_lines(path("pid")).front()));
-  ASSERT_TRUE(wait_until([&] { return state_of(command) == 'T'; })) << state_of(command);
+  ASSERT_TRUE(eventually([&] { return state_of(command) == 'T'; })) << state_of(command);
   cli.signal(SIGTERM);
   const std::optional<int> code = cli.wait_for(10s);
   ASSERT_TRUE(code.has_value()) << "SIGTERM never reached the stopped command";
@@ -310,10 +310,10 @@ TEST_F(CliRun, ALostLeasesSigtermReachesACommandThatStoppedItself) {
   ChildProcess cli = spawn_cli({"run", "--backend", server_->uri(), "--ttl", "1s", "stopped-lost",
                                 "--", "sh", "-c", kStopsItself, "sh", path("term"), path("pid")},
                                path("stdout"), path("stderr"));
-  ASSERT_TRUE(wait_until([&] { return !read_lines(path("pid")).empty(); }))
+  ASSERT_TRUE(eventually([&] { return !read_lines(path("pid")).empty(); }))
       << read_file(path("stderr"));
   const pid_t command = static_cast<pid_t>(std::stol(read_lines(path("pid")).front()));
-  ASSERT_TRUE(wait_until([&] { return state_of(command) == 'T'; })) << state_of(command);
+  ASSERT_TRUE(eventually([&] { return state_of(command) == 'T'; })) << state_of(command);
   server_->command({"DEL", "fencelock:{stopped-lost}"});
   const std::optional<int> code = cli.wait_for(15s);
   ASSERT_TRUE(code.has_value()) << read_file(path("stderr"));
@@ -332,7 +332,7 @@ TEST_F(CliRun, SigintWhileWaitingCancelsWithoutRunningTheCommand) {
                                path("stdout"), path("stderr"));
   // A waiter takes a place in the key's wait queue: once the server shows it, fencelock is
   // inside its wait (and its signals are blocked, so SIGINT reaches its handler).
-  ASSERT_TRUE(wait_until([&] {
+  ASSERT_TRUE(eventually([&] {
     return server_->command({"ZCARD", "fencelock:{interrupt-wait}:queue"}) == "1";
   })) << read_file(path("stderr"));
   cli.signal(SIGINT);

@@ -117,7 +117,7 @@ class CliRunTree : public ::testing::Test {
       args.push_back(a);
     }
     ChildProcess cli = spawn_cli(args, path("stdout"), path("stderr"));
-    EXPECT_TRUE(wait_until([&] { return pids_in(path("pids")).size() >= workers; }))
+    EXPECT_TRUE(eventually([&] { return pids_in(path("pids")).size() >= workers; }))
         << read_file(path("stderr"));
     return cli;
   }
@@ -266,7 +266,7 @@ TEST_F(CliRunTree, WithAPidNamespaceEvenASetsidGrandchildDiesWithFencelock) {
   ASSERT_EQ(inner.size(), 2u) << read_file(path("stderr"));
   // The workers' pids as the test sees them: the sleeps among fencelock's descendants.
   std::vector<pid_t> outer;
-  ASSERT_TRUE(wait_until([&] {
+  ASSERT_TRUE(eventually([&] {
     outer = sleeps_below(cli.pid());
     return outer.size() == 2;
   })) << outer.size()
@@ -341,7 +341,7 @@ TEST_F(CliRunTree, UnderATerminalCmdReadsItCtrlZStopsTheJobAndCtrlCReachesAllOfI
   ::fcntl(master, F_SETFL, O_NONBLOCK);
   const std::string input = "hello\n";
   ASSERT_EQ(::write(master, input.data(), input.size()), static_cast<ssize_t>(input.size()));
-  const bool started = wait_until([&] { return !pids_in(path("pids")).empty(); });
+  const bool started = eventually([&] { return !pids_in(path("pids")).empty(); });
   if (!started) {
     ::kill(pid, SIGKILL);
     reap(5s);

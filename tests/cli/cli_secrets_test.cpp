@@ -198,7 +198,7 @@ TEST_F(CliSecrets, FencelockIsNotDumpableAndItsCommandIs) {
     argv.push_back(arg);
   }
   ChildProcess fencelock = ChildProcess::spawn(argv, {"FENCELOCK_REDIS_PASSWORD=Rs-dump-secret"});
-  ASSERT_TRUE(wait_until([&] { return file_exists(ready); })) << "the command did not start";
+  ASSERT_TRUE(eventually([&] { return file_exists(ready); })) << "the command did not start";
   pid_t parent = 0, command = 0;
   {
     std::ifstream in(ready);

@@ -118,7 +118,7 @@ TEST_F(EtcdElection, ObserveSeesEveryLeaderAndProclaimInOrderWithGrowingTokens) 
   Observed seen;
   std::stop_source stop_observing;
   Status observe_status;
-  std::thread observer([&] {
+  std::jthread observer([&] {
     observe_status =
         ew.observe([&](const auto& leader) { seen.add(leader); }, stop_observing.get_token());
   });
@@ -128,7 +128,7 @@ TEST_F(EtcdElection, ObserveSeesEveryLeaderAndProclaimInOrderWithGrowingTokens) 
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   ASSERT_TRUE(eventually([&] { return seen.last_is("a"); }));
   std::optional<Result<Leadership>> second;
-  std::thread campaigner([&] { second.emplace(eb.campaign("b")); });
+  std::jthread campaigner([&] { second.emplace(eb.campaign("b")); });
   ASSERT_TRUE(eventually([&] { return keys_and_values("terms").size() == 4; }))
       << "b never joined the line";
   EXPECT_FALSE(second.has_value()) << "b was elected while a led";
@@ -167,7 +167,7 @@ TEST_F(EtcdElection, ACampaignThatCannotWinNowOrIsCancelledLeavesNoKey) {
 
   std::stop_source cancel;
   std::optional<Result<Leadership>> cancelled;
-  std::thread campaigner(
+  std::jthread campaigner(
       [&] { cancelled.emplace(eb.campaign("b", {.stop = cancel.get_token()})); });
   ASSERT_TRUE(eventually([&] { return keys_and_values("busy").size() == 4; }));
   cancel.request_stop();
@@ -225,7 +225,7 @@ TEST_F(EtcdElection, EtcdctlElectAndFencelockCampaignInTheSameElection) {
   EXPECT_EQ(e.campaign("fencelock", {.wait = 0ms}).code(), Code::kLocked);
 
   std::optional<Result<Leadership>> mine;
-  std::thread campaigner([&] { mine.emplace(e.campaign("from-fencelock", {.wait = 20s})); });
+  std::jthread campaigner([&] { mine.emplace(e.campaign("from-fencelock", {.wait = 20s})); });
   ASSERT_TRUE(eventually([&] { return keys_and_values("shared").size() == 4; }));
   etcdctl.signal(SIGINT);  // etcdctl elect resigns on interrupt
   EXPECT_TRUE(etcdctl.wait_for(10s).has_value());

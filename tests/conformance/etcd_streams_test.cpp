@@ -137,7 +137,7 @@ TEST_F(EtcdStreams, ConcurrentWatchesAndKeepAlivesShareOneStreamEach) {
 
   std::vector<WatchResult> results(kWatches, WatchResult::kFailed);
   std::vector<std::string> seen(kWatches);  // the key of the event that woke watch i
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   threads.reserve(kWatches);
   for (int i = 0; i < kWatches; ++i) {
     threads.emplace_back([&, i] {
@@ -156,7 +156,7 @@ TEST_F(EtcdStreams, ConcurrentWatchesAndKeepAlivesShareOneStreamEach) {
     });
   }
   std::atomic<int> renewed{0};
-  std::vector<std::thread> keepers;
+  std::vector<std::jthread> keepers;
   keepers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     keepers.emplace_back([&, t] {
@@ -213,7 +213,7 @@ TEST_F(EtcdStreams, AStopTokenCancelsAWatchPromptlyAndUntilTimesItOut) {
   std::stop_source stop;
   std::atomic<bool> returned{false};
   WatchResult result = WatchResult::kEvent;
-  std::thread waiter([&] {
+  std::jthread waiter([&] {
     result =
         conn_->wait_for_delete("streams/stop", revision + 1, Clock::now() + 30s, stop.get_token());
     returned = true;
@@ -285,7 +285,7 @@ TEST_F(EtcdStreams, AfterTheMemberDiesTheStreamsReopenOnTheNextMember) {
   std::int64_t ttl = 0;
   ASSERT_TRUE(conn_->keep_alive(lease, Clock::now() + 5s, &ttl).ok());
   WatchResult before = WatchResult::kEvent;
-  std::thread waiter([&] {
+  std::jthread waiter([&] {
     before = conn_->wait_for_delete("streams/next", revision + 1, Clock::now() + 30s, {});
   });
   ASSERT_TRUE(eventually([&] { return watchers(first) == 1; }));
@@ -300,7 +300,7 @@ TEST_F(EtcdStreams, AfterTheMemberDiesTheStreamsReopenOnTheNextMember) {
     return status.ok() && ttl > 0;
   })) << status.error_message();
   WatchResult after = WatchResult::kFailed;
-  waiter = std::thread([&] {
+  waiter = std::jthread([&] {
     for (int tries = 0; tries < 50 && after == WatchResult::kFailed; ++tries) {
       after = conn_->wait_for_delete("streams/next", revision + 1, Clock::now() + 10s, {});
     }
@@ -320,7 +320,7 @@ TEST_F(EtcdStreams, DestroyingTheConnectionEndsWaitingWatches) {
   const std::int64_t revision = put("streams/destroy");
   EtcdConnection* conn = conn_.get();
   std::vector<WatchResult> results(kWatches, WatchResult::kEvent);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   threads.reserve(kWatches);
   for (int i = 0; i < kWatches; ++i) {
     threads.emplace_back([&, i] {

@@ -1,5 +1,5 @@
 // The project's etcd .proto (src/etcd/*.proto) against real etcd 3.4 members: each service and
-// stream fencelock's etcd backend will use, called through the generated stubs, answers with the
+// stream fencelock's etcd backend uses, called through the generated stubs, answers with the
 // fields the proto says. Also pins the layout of `etcdctl lock` that the fencelock mutex must
 // share (docs/PROTOCOLS.md, "etcd"): key NAME/<lease id in lowercase hex>, holder = lowest create
 // revision under NAME/, the key removed when etcdctl's session ends.
@@ -568,7 +568,7 @@ TEST(EtcdWireAuth, AuthenticateReturnsATokenThatAuthorizesCallsInTheTokenMetadat
   EXPECT_EQ(cluster->etcdctl({"get", "wire/auth", "--print-value-only"}), "by alice\n");
 }
 
-// The fault controls of the cluster helper that the etcd backend's failover tests will use.
+// The fault controls of the cluster helper that the etcd backend's failover tests use.
 TEST(EtcdClusterHelper, LeaderMovesOnPauseAndKillAndARestartedMemberRejoinsWithItsData) {
   auto cluster = EtcdCluster::start(3);
   auto put_via = [&](int member, const std::string& key) {

@@ -47,16 +47,6 @@ std::vector<std::string> read_lines_of(const std::string& path) {
   return lines;
 }
 
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
-
 class PostgresAdvisory : public ::testing::Test {
  protected:
   void SetUp() override { server_ = PostgresServer::start(); }
