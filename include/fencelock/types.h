@@ -99,6 +99,9 @@ struct HolderInfo {
   std::optional<FencingToken> token;
   std::chrono::milliseconds ttl_remaining{0};
   std::string metadata;  // holder metadata as JSON text, e.g. {"host":"a","pid":7}; may be empty
+  // Held for as long as the holder's database session lives, with no expiry of its own
+  // (PostgreSQL advisory mode): ttl_remaining is then 0 and means nothing.
+  bool session_bound = false;
 };
 
 }  // namespace fencelock

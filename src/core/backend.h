@@ -35,6 +35,7 @@ struct HolderRow {
   std::optional<FencingToken> token;
   milliseconds ttl_remaining{0};
   std::string metadata;
+  bool session_bound = false;  // HolderInfo::session_bound
 };
 
 // The HolderInfo of every row whose key is a valid LockKey, in their order; one warning to the log

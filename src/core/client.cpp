@@ -49,7 +49,7 @@ std::vector<HolderInfo> holders_of(std::vector<HolderRow> rows) {
       continue;
     }
     out.push_back(HolderInfo{std::move(*key), std::move(row.owner_prefix), row.token,
-                             row.ttl_remaining, std::move(row.metadata)});
+                             row.ttl_remaining, std::move(row.metadata), row.session_bound});
   }
   if (skipped > 0) {
     log(LogLevel::kWarning,
@@ -124,7 +124,8 @@ Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
   if (!row->has_value()) return std::optional<HolderInfo>();
   detail::HolderRow& found = **row;
   return std::optional<HolderInfo>(HolderInfo{key, std::move(found.owner_prefix), found.token,
-                                              found.ttl_remaining, std::move(found.metadata)});
+                                              found.ttl_remaining, std::move(found.metadata),
+                                              found.session_bound});
 }
 
 Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {

@@ -149,11 +149,30 @@ class AdvisoryBackend final : public Backend {
                            {"advisory_key", advisory_key(key.str())}};
     return std::optional<HolderRow>(
         HolderRow{key.str(), "", std::nullopt, milliseconds(0),
-                  meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+                  meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), true});
   }
 
+  // The noted holders under `prefix`; without a prefix also every advisory lock on a bigint key
+  // that no fencelock client noted (psql's pg_advisory_lock(N)), named "pg_advisory_lock(N)":
+  // its name is not known (a key is a hash of a name), so no prefix can select it.
   Result<std::vector<HolderRow>> list(std::string_view prefix) override {
-    return query_holders(std::string(prefix), false);
+    auto rows = query_holders(std::string(prefix), false);
+    if (!rows.ok() || !prefix.empty()) return rows;
+    auto r = run_any(std::string(sql::advisory_foreign_all), {});
+    if (!r.ok()) return r.status();
+    const PGresult* res = r->get();
+    for (int row = 0; row < PQntuples(res); ++row) {
+      const std::string advisory = PQgetvalue(res, row, 0);
+      nlohmann::json meta = {{"pid", to_int(res, row, 1)},
+                             {"application_name", PQgetvalue(res, row, 2)},
+                             {"client", PQgetvalue(res, row, 3)},
+                             {"advisory_key", std::stoll(advisory)},
+                             {"foreign", true}};
+      rows->push_back(HolderRow{
+          fmt::format("pg_advisory_lock({})", advisory), "", std::nullopt, milliseconds(0),
+          meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), true});
+    }
+    return rows;
   }
 
   std::string describe() const override { return uri_.description; }
@@ -431,10 +450,12 @@ class AdvisoryBackend final : public Backend {
     const PGresult* res = r->get();
     out.reserve(static_cast<std::size_t>(PQntuples(res)));
     for (int row = 0; row < PQntuples(res); ++row) {
+      // The lock lives as long as its session; the noted ttl_ms is the holder's renewal
+      // interval basis, not an expiry.
       out.push_back(HolderRow{PQgetvalue(res, row, 0),
                               std::string(PQgetvalue(res, row, 1)).substr(0, 8),
                               FencingToken(static_cast<std::uint64_t>(to_int(res, row, 2))),
-                              milliseconds(to_int(res, row, 3)), PQgetvalue(res, row, 4)});
+                              milliseconds(0), PQgetvalue(res, row, 4), true});
     }
     return out;
   }

@@ -129,6 +129,11 @@ TEST_F(CliInspect, AProgramNameThatIsNotUtf8DoesNotAbort) {
   EXPECT_EQ(list.exit_code, 0) << list.stderr_text;
   auto run = run_command({link, "run", "--backend", server_->uri(), "utf8", "--", "true"});
   EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  // A command whose name is not UTF-8 (its name goes into the holder metadata).
+  const std::string command = path("t\xfe");
+  ASSERT_EQ(::symlink("/bin/true", command.c_str()), 0);
+  auto odd = run_cli({"run", "--backend", server_->uri(), "utf8", "--", command});
+  EXPECT_EQ(odd.exit_code, 0) << odd.stderr_text;
 }
 
 TEST_F(CliInspect, StatusAndListShowAHeldLockThenFree) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "conformance/harness.h"
@@ -482,8 +483,15 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   EXPECT_EQ((*holder)->key.str(), "jobs/a");
   EXPECT_EQ((*holder)->owner_prefix, a->owner().short_hex());
   EXPECT_EQ((*holder)->token, a->token());
-  EXPECT_GT((*holder)->ttl_remaining, 0ms);
-  EXPECT_LE((*holder)->ttl_remaining, 30s);
+  if constexpr (std::is_same_v<TypeParam, PostgresAdvisoryBackendTag>) {
+    // PostgreSQL advisory locks live as long as their session: no TTL to show.
+    EXPECT_TRUE((*holder)->session_bound);
+    EXPECT_EQ((*holder)->ttl_remaining, 0ms);
+  } else {
+    EXPECT_FALSE((*holder)->session_bound);
+    EXPECT_GT((*holder)->ttl_remaining, 0ms);
+    EXPECT_LE((*holder)->ttl_remaining, 30s);
+  }
   EXPECT_NE((*holder)->metadata.find("\"pid\""), std::string::npos) << (*holder)->metadata;
 
   auto jobs = client.list("jobs/");

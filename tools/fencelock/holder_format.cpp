@@ -33,6 +33,11 @@ std::string metadata_field(const nlohmann::json& meta, const std::string& name) 
   return value_text(meta.at(name));
 }
 
+std::string ttl_text(const HolderInfo& holder) {
+  if (holder.session_bound) return "none: held while its session lives (PostgreSQL advisory lock)";
+  return detail::format_duration(holder.ttl_remaining);
+}
+
 std::string token_text(const HolderInfo& holder) {
   return holder.token ? fmt::format("{}", holder.token->value()) : "unknown";
 }
@@ -59,6 +64,10 @@ nlohmann::json holder_json(const HolderInfo& holder) {
                         {"ttl_ms", holder.ttl_remaining.count()},
                         {"holder", parsed_metadata(holder.metadata)}};
   if (holder.token) out["token"] = holder.token->value();
+  if (holder.session_bound) {
+    out["ttl_ms"] = nullptr;
+    out["session_bound"] = true;
+  }
   return out;
 }
 
@@ -78,8 +87,7 @@ std::string status_text(const std::string& raw_key, const std::optional<HolderIn
       "  token   {}\n"
       "  ttl     {}\n"
       "  holder  {}\n",
-      key, terminal_safe(holder->owner_prefix), token_text(*holder),
-      detail::format_duration(holder->ttl_remaining),
+      key, terminal_safe(holder->owner_prefix), token_text(*holder), ttl_text(*holder),
       terminal_safe(metadata_text(parsed_metadata(holder->metadata))));
 }
 
@@ -89,7 +97,7 @@ std::string list_table(const std::vector<HolderInfo>& holders) {
   for (const HolderInfo& h : holders) {
     nlohmann::json meta = parsed_metadata(h.metadata);
     rows.push_back({terminal_safe(h.key.str()), terminal_safe(h.owner_prefix), token_text(h),
-                    detail::format_duration(h.ttl_remaining),
+                    h.session_bound ? std::string("session") : ttl_text(h),
                     terminal_safe(metadata_field(meta, "host")),
                     terminal_safe(metadata_field(meta, "pid"))});
   }

@@ -64,7 +64,9 @@ std::string holder_metadata(const std::vector<std::string>& command) {
                          {"pid", static_cast<long>(getpid())},
                          {"program", "fencelock run"},
                          {"command", std::string(base_name(command.front()))}};
-  return json_line(meta);
+  // Metadata must be UTF-8 JSON (the library checks it): a program or host name that is not UTF-8
+  // gets U+FFFD for its bad bytes here, not json_line()'s \udcXX escapes, which the check refuses.
+  return meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // The backends' passwords in the environment (README, docs/CLI.md): kept from CMD unless
