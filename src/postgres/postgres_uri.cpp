@@ -99,16 +99,29 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   std::string shown_user;
   if (auto at = rest.rfind('@'); at != std::string_view::npos) {
     std::string_view raw = rest.substr(0, at);
+    // An '@' in a query value ("...?password=a@b") would make the end of that value the host:
+    // libpq then quotes it ("could not translate host name"). A query inside what would be the
+    // credentials means that; either way one of the two must be percent-encoded.
+    if (const auto q = raw.find('?');
+        q != std::string_view::npos && raw.find('=', q) != std::string_view::npos) {
+      return bad(
+          "an '@' after the query began: write an '@' in a query value as %40 (or a '?' "
+          "in the password as %3F)");
+    }
     rest = rest.substr(at + 1);
     auto colon = raw.find(':');
     auto user = percent_decode(raw.substr(0, colon), "the user name");
     if (!user.ok()) return user.status();
+    if (user->find('\0') != std::string::npos) return bad("the user name holds a NUL byte (%00)");
     userinfo = percent_encode(*user);
     shown_user = userinfo;
     if (colon != std::string_view::npos) {
       auto password = percent_decode(raw.substr(colon + 1), "the password");
       if (!password.ok()) {
         return bad("bad %-escape in the password (write a '%' in it as %25)");
+      }
+      if (password->find('\0') != std::string::npos) {
+        return bad("the password holds a NUL byte (%00), which PostgreSQL cannot take");
       }
       userinfo += ":" + percent_encode(*password);
     }
@@ -132,6 +145,21 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
     std::string_view name = pair.substr(0, eq);
     std::string_view value =
         eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    // libpq decodes parameter names too: "pass%77ord" is the password.
+    auto decoded_name = percent_decode(name, "the name of a query parameter");
+    if (!decoded_name.ok()) return decoded_name.status();
+    if (secret_parameter(*decoded_name)) {
+      // Checked here, and never quoted: libpq's own errors about a value quote it.
+      auto decoded = percent_decode(value, "a secret");
+      if (!decoded.ok()) {
+        return bad(fmt::format("bad %-escape in the value of {} (write a '%' in it as %25)",
+                               *decoded_name));
+      }
+      if (decoded->find('\0') != std::string::npos)
+        return bad(fmt::format("the value of {} holds a NUL byte (%00)", *decoded_name));
+      if (value.find('=') != std::string_view::npos)
+        return bad(fmt::format("write an '=' in the value of {} as %3D", *decoded_name));
+    }
     if (name == "mode") {
       if (value != "lease" && value != "advisory") {
         return bad(fmt::format("mode '{}' is not 'lease' or 'advisory'", value));
@@ -151,8 +179,9 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
       out.allow_async_standby = value == "true";
     } else if (!pair.empty()) {
       kept += (kept.empty() ? "?" : "&") + std::string(pair);
-      kept_shown += (kept_shown.empty() ? "?" : "&") +
-                    (secret_parameter(name) ? std::string(name) + "=***" : std::string(pair));
+      kept_shown +=
+          (kept_shown.empty() ? "?" : "&") +
+          (secret_parameter(*decoded_name) ? std::string(name) + "=***" : std::string(pair));
     }
   }
   const std::string shown_prefix =

@@ -128,25 +128,23 @@ class CliSecrets : public ::testing::Test {
 TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
   const std::string raw = "Mk3e9fsecret";
   const std::string encoded = "Mk3e9fsecr%65t";  // decodes to `raw`
-  const std::vector<std::string> uris = {"postgres://u:" + raw + "@[::1/db",
-                                         "postgresql://u:" + encoded + "@[::1/db",
-                                         "postgres://u:" + raw + "@h/db?foo=bar",
-                                         "postgres://u:" + raw + "@h/db?x=%zz",
-                                         "postgres://u:" + raw + "@h:99999/db",
-                                         "postgres://u:" + raw + "%zz@h/db",
-                                         "postgres://u@h/db?password=" + raw + "&x=%zz",
-                                         "postgres://u:" + raw + "@h/db?mode=bogus",
-                                         "redis://:" + raw + "@[::1/0",
-                                         "redis://:" + encoded + "@h:99999",
-                                         "redis://u:" + raw + "@h:6379/abc",
-                                         "redis://:" + raw + "@h:6379/0?bogus=1",
-                                         "redlock://:" + raw + "@h:1,[::1",
-                                         "redlock://:" + raw + "@h:1,h:99999",
-                                         "etcd://u:" + raw + "@[::1",
-                                         "etcd://u:" + encoded + "@h:99999",
-                                         "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
-                                         "etcd://u:" + raw + "@h:2379?bogus=1",
-                                         "bogus://u:" + raw + "@h"};
+  const std::vector<std::string> uris = {
+      "postgres://u:" + raw + "@[::1/db", "postgresql://u:" + encoded + "@[::1/db",
+      "postgres://u:" + raw + "@h/db?foo=bar", "postgres://u:" + raw + "@h/db?x=%zz",
+      "postgres://u:" + raw + "@h:99999/db", "postgres://u:" + raw + "%zz@h/db",
+      "postgres://u@h/db?password=" + raw + "&x=%zz", "postgres://u:" + raw + "@h/db?mode=bogus",
+      // An attack on the first version of this check leaked all of these:
+      "postgres://h:1/db?user=u&password=" + raw + "@tail",  // '@' in a query value
+      "postgres://h/db?password=" + raw + "%zz", "postgres://h/db?sslpassword=" + raw + "%2",
+      "postgres://h/db?password=" + raw + "%00", "postgres://u:" + raw + "%00@h/db",
+      "postgres://u@[::1/db?pass%77ord=" + raw,  // a percent-encoded parameter name
+      "postgres://h/db?pass%77ord=" + raw + "%zz", "postgres://h/db?sslpassword=" + raw + "=%41",
+      "redis://:" + raw + "@[::1/0", "redis://:" + encoded + "@h:99999",
+      "redis://u:" + raw + "@h:6379/abc", "redis://:" + raw + "@h:6379/0?bogus=1",
+      "redlock://:" + raw + "@h:1,[::1", "redlock://:" + raw + "@h:1,h:99999",
+      "etcd://u:" + raw + "@[::1", "etcd://u:" + encoded + "@h:99999",
+      "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
+      "etcd://u:" + raw + "@h:2379?bogus=1", "bogus://u:" + raw + "@h"};
   const std::vector<std::vector<std::string>> commands = {
       {"run", "k", "--", "true"},
       {"status", "k"},

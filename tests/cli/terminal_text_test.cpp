@@ -91,6 +91,9 @@ TEST(Mistyped, UnknownWordsAreNamedAndValuesAndCommandArgumentsAreNot) {
                          {"run", "--ttl", "5s", "--wait", "-1s", "k", "--", "x", "--tll"}),
             std::nullopt);
   EXPECT_EQ(unknown_word(commands, global, {"run", "--ttl=5s", "-q", "k"}), std::nullopt);
+  EXPECT_EQ(unknown_word(commands, global, {"run", "-qh"}), std::nullopt) << "flags together";
+  EXPECT_EQ(unknown_word(commands, global, {"run", "-qq", "k"}), std::nullopt);
+  EXPECT_NE(unknown_word(commands, global, {"run", "-qz", "k"}), std::nullopt);
   EXPECT_EQ(unknown_word(commands, global, {"--version"}), std::nullopt);
   EXPECT_EQ(unknown_word(commands, global, {"run", "--tll", "5s"}),
             "unknown option '--tll' for 'run' (did you mean '--ttl'?); see 'fencelock run --help'");

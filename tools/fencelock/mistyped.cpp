@@ -113,6 +113,19 @@ std::optional<std::string> unknown_word(const std::vector<KnownCommand>& command
     const std::string name = word.substr(0, word.find('='));
     const KnownOption* option = find_option(command->options, name);
     if (option == nullptr) option = find_option(global_options, name);
+    if (option == nullptr && word[1] != '-' && word.size() > 2) {
+      // Short flags given together ("-qh"): each letter one of them; the last may take a value.
+      const KnownOption* last = nullptr;
+      for (std::size_t c = 1; c < word.size(); ++c) {
+        const std::string flag = std::string("-") + word[c];
+        last = find_option(command->options, flag);
+        if (last == nullptr) last = find_option(global_options, flag);
+        if (last == nullptr) break;
+        if (last->takes_value) break;  // the rest of the word is its value
+      }
+      option = last;
+      if (option != nullptr && option->takes_value) continue;
+    }
     if (option == nullptr) return unknown_option(word, where, command->options, help);
     if (option->takes_value && name.size() == word.size()) ++i;  // its value follows
   }
