@@ -153,6 +153,59 @@ TEST_F(CliMetrics, AMetricsFileThatIsALinkOrAFifoIsRefusedAndNothingIsWrittenThr
   EXPECT_TRUE(std::filesystem::is_symlink(link)) << "the planted link was replaced";
 }
 
+// A path through a directory that another user can change is refused: that user could swap a
+// directory on the way for a link to, say, /root while the command runs. Before, only the last
+// component was protected: an attack replaced a root-only 0600 file (which became 0644) through
+// a directory symlink planted in a directory of its own. Root's test also plants a directory and
+// a symlink owned by nobody.
+TEST_F(CliMetrics, APathThroughADirectoryAnotherUserControlsIsRefused) {
+  const std::string victim_dir = path("private");
+  ASSERT_EQ(::mkdir(victim_dir.c_str(), 0700), 0);
+  const std::string victim = victim_dir + "/secret";
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::chmod(victim.c_str(), 0600), 0);
+  std::vector<std::pair<std::string, std::string>> cases;  // --metrics path, what it names
+  const std::string open_dir = path("open");
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);  // world-writable, not sticky
+  cases.emplace_back(open_dir + "/x.prom", "writable by other users");
+  if (::geteuid() == 0) {
+    const std::string theirs = path("theirs");
+    ASSERT_EQ(::mkdir(theirs.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    cases.emplace_back(theirs + "/x.prom", "belongs to another user");
+    const std::string link = path("link");
+    ASSERT_EQ(::symlink(victim_dir.c_str(), link.c_str()), 0);
+    ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+    cases.emplace_back(link + "/secret", "belongs to another user");
+  }
+  for (const auto& [file, says] : cases) {
+    auto r = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "metrics/key", "--",
+                      "touch", path("ran")});
+    EXPECT_EQ(r.exit_code, 64) << file << ": " << r.stderr_text;
+    EXPECT_THAT(r.stderr_text, HasSubstr(says)) << file;
+    EXPECT_FALSE(file_exists(path("ran"))) << file;
+  }
+  EXPECT_EQ(read_file(victim), "precious\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// torture's worker logs in --work-dir: a hard link planted there to another file is not
+// appended to (before: the lease lines went into the linked file).
+TEST_F(CliMetrics, TortureWritesNoLogThroughAHardLinkInItsWorkDir) {
+  const std::string work = path("work"), victim = path("victim");
+  ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::link(victim.c_str(), (work + "/worker-0.log").c_str()), 0);
+  auto r = run_cli({"torture", "--backend", server_->uri(), "--workers", "1", "--duration", "2s",
+                    "--faults", "none", "--work-dir", work},
+                   {}, std::chrono::minutes(1));
+  (void)r;  // the run's verdict does not matter here, only where its logs went
+  EXPECT_EQ(read_file(victim), "precious\n") << r.stderr_text;
+}
+
 TEST_F(CliMetrics, NoFileWhenTheBackendCannotBeReached) {
   std::string gone_uri;
   {

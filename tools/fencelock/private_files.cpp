@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -41,9 +42,89 @@ std::string refusal(mode_t mode) {
       kind_of(mode));
 }
 
-// The directory of `path`, opened for *at() calls; -1 with errno set.
-int open_directory(const std::string& dir) {
-  return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+// Opens the directory `dir` for *at() calls (O_PATH), checking on the way that no other user can
+// change where it leads: every directory passed through is owned by root or by this user and is
+// writable by nobody else unless sticky (like /tmp), and every symlink passed through is owned by
+// root or by this user. Each step opens one component below the last with O_NOFOLLOW, so what is
+// checked is what is used. -1 with `why` set on failure.
+int open_trusted_directory(const std::string& dir, std::string& why) {
+  const uid_t me = ::geteuid();
+  const gid_t my_group = ::getegid();
+  std::vector<std::string> todo;  // components left, last first
+  auto push_path = [&](std::string_view text) {
+    std::vector<std::string> parts;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      const std::size_t slash = text.find('/', at);
+      const std::string_view part =
+          text.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at);
+      if (!part.empty() && part != ".") parts.emplace_back(part);
+      if (slash == std::string_view::npos) break;
+      at = slash + 1;
+    }
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  auto trusted = [&](const struct stat& st, const std::string& name) {
+    if (st.st_uid != 0 && st.st_uid != me) {
+      why = fmt::format(
+          "'{}' on the way belongs to another user (uid {}), who could redirect "
+          "the write",
+          name, st.st_uid);
+      return false;
+    }
+    const bool sticky = (st.st_mode & S_ISVTX) != 0;
+    if (S_ISDIR(st.st_mode) && !sticky &&
+        ((st.st_mode & S_IWOTH) != 0 ||
+         ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != my_group))) {
+      why = fmt::format(
+          "the directory '{}' on the way is writable by other users (and not "
+          "sticky), who could redirect the write",
+          name);
+      return false;
+    }
+    return true;
+  };
+  UniqueFd fd(::open(dir.starts_with('/') ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  push_path(dir);
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    why = detail::errno_text(errno);
+    return -1;
+  }
+  if (!trusted(st, dir.starts_with('/') ? "/" : ".")) return -1;
+  for (int links = 0; !todo.empty();) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (::fstatat(fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      why = fmt::format("'{}': {}", name, detail::errno_text(errno));
+      return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      if (!trusted(st, name)) return -1;
+      if (++links > 40) {
+        why = "too many symbolic links on the way";
+        return -1;
+      }
+      std::string target(4096, '\0');
+      const ssize_t n = ::readlinkat(fd.get(), name.c_str(), target.data(), target.size());
+      if (n <= 0 || static_cast<std::size_t>(n) >= target.size()) {
+        why = fmt::format("'{}': cannot read the link", name);
+        return -1;
+      }
+      target.resize(static_cast<std::size_t>(n));
+      if (target.starts_with('/')) fd.reset(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+      push_path(target);
+      continue;
+    }
+    UniqueFd next(::openat(fd.get(), name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid() || ::fstat(next.get(), &st) != 0) {
+      why = fmt::format("'{}': {}", name, detail::errno_text(errno));
+      return -1;
+    }
+    if (!trusted(st, name)) return -1;
+    fd = std::move(next);
+  }
+  return fd.release();
 }
 
 bool writable_regular_or_absent(int dir_fd, const std::string& name, std::string& why) {
@@ -77,9 +158,9 @@ std::string random_suffix() {
 
 std::string check_replaceable(const std::string& path) {
   const auto [dir, name] = split_path(path);
-  UniqueFd dir_fd(open_directory(dir));
-  if (!dir_fd.valid()) return fmt::format("its directory: {}", detail::errno_text(errno));
   std::string why;
+  UniqueFd dir_fd(open_trusted_directory(dir, why));
+  if (!dir_fd.valid()) return fmt::format("its directory: {}", why);
   if (!writable_regular_or_absent(dir_fd.get(), name, why)) return why;
   if (::faccessat(dir_fd.get(), ".", W_OK, 0) != 0) {
     return fmt::format("its directory: {}", detail::errno_text(errno));
@@ -89,10 +170,14 @@ std::string check_replaceable(const std::string& path) {
 
 std::string replace_file(const std::string& path, std::string_view text) {
   const auto [dir, name] = split_path(path);
-  UniqueFd dir_fd(open_directory(dir));
-  if (!dir_fd.valid()) return fmt::format("its directory: {}", detail::errno_text(errno));
   std::string why;
+  UniqueFd dir_fd(open_trusted_directory(dir, why));
+  if (!dir_fd.valid()) return fmt::format("its directory: {}", why);
   if (!writable_regular_or_absent(dir_fd.get(), name, why)) return why;
+  // The new file keeps the mode of the one it replaces (a 0600 file stays 0600), else 0644.
+  mode_t mode = 0644;
+  if (struct stat old{}; ::fstatat(dir_fd.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0)
+    mode = old.st_mode & 0777;
   std::string temp;
   int fd = -1;
   for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
@@ -102,7 +187,7 @@ std::string replace_file(const std::string& path, std::string_view text) {
     if (fd < 0 && errno != EEXIST) return detail::errno_text(errno);
   }
   if (fd < 0) return detail::errno_text(EEXIST);
-  bool ok = ::fchmod(fd, 0644) == 0;
+  bool ok = ::fchmod(fd, mode) == 0;
   int error = errno;
   for (std::size_t done = 0; ok && done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -129,15 +214,21 @@ std::string replace_file(const std::string& path, std::string_view text) {
 
 std::FILE* open_no_follow(const std::string& path, bool append) {
   const auto [dir, name] = split_path(path);
-  UniqueFd dir_fd(open_directory(dir));
-  if (!dir_fd.valid()) return nullptr;
+  std::string why;
+  UniqueFd dir_fd(open_trusted_directory(dir, why));
+  if (!dir_fd.valid()) {
+    errno = EACCES;
+    return nullptr;
+  }
   // O_NONBLOCK: opening a FIFO for writing would otherwise wait for a reader.
   UniqueFd fd(::openat(dir_fd.get(), name.c_str(),
                        O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644));
   if (!fd.valid()) return nullptr;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return nullptr;
-  if (!S_ISREG(st.st_mode)) {
+  // Only a regular file of this user's, and no hard link to another name: a link planted in a
+  // shared directory would make the write land in the file it names.
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != ::geteuid()) {
     errno = EINVAL;
     return nullptr;
   }

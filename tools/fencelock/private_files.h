@@ -1,14 +1,20 @@
 // Files the tool writes where other users may have planted names: `--metrics FILE`, the torture's
 // `--work-dir`. fencelock often runs as root, so a name planted there must never redirect a write:
-// every file is reached through its directory's descriptor (openat, renameat), the last component
-// is never followed when it is a symlink, and only regular files are written:
+//   - the directory is reached one component at a time (openat with O_NOFOLLOW), and every
+//     directory on the way must belong to root or this user and be writable by nobody else
+//     unless sticky (like /tmp), every symlink on the way must belong to root or this user: no
+//     other user can then swap a directory on the way for a link (an attack replaced a root-only
+//     file through a directory symlink planted in a directory of its own);
+//   - the file is reached through that directory's descriptor (openat, renameat), its last
+//     component is never followed when it is a symlink, and only regular files are written:
 //   - replace_file() writes a fresh temporary file in the target's directory (O_CREAT | O_EXCL |
 //     O_NOFOLLOW: never an existing name) and renames it over the target. An existing target that
 //     is not a regular file (a symlink, FIFO, device, socket or directory) is refused before
 //     anything is written; one that becomes such a name in between is replaced by the rename,
-//     which never writes through it;
+//     which never writes through it; the new file keeps the replaced one's mode (else 0644);
 //   - open_no_follow() opens with O_NOFOLLOW and O_NONBLOCK (a FIFO with no reader cannot block
-//     it) and refuses what is not a regular file.
+//     it) and refuses what is not a regular file of this user's with one link (a hard link
+//     planted in a shared directory names another file).
 //
 // Thread-safety: the functions share no state.
 #pragma once

@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "private_files.h"
 
 namespace fencelock::torture {
 
@@ -123,8 +126,12 @@ bool ControlProgram::run(const std::vector<std::string>& args) {
   raw.reserve(argv.size() + 1);
   for (auto& a : argv) raw.push_back(a.data());
   raw.push_back(nullptr);
-  const int out =
-      ::open(log_path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // Never through a link, only a regular file of this user's (private_files.h).
+  int out = -1;
+  if (std::FILE* log = cli::open_no_follow(log_path_, /*append=*/true); log != nullptr) {
+    out = ::fcntl(::fileno(log), F_DUPFD_CLOEXEC, 0);
+    std::fclose(log);
+  }
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (out >= 0) {

@@ -19,6 +19,7 @@
 #include "core/duration.h"
 #include "duration_option.h"
 #include "exit_codes.h"
+#include "private_files.h"
 #include "progress.h"
 #include "reporter.h"
 #include "torture/checker.h"
@@ -190,6 +191,9 @@ int torture_command(const TortureArgs& args) {
       return reporter.fail(kExitUsage, "usage",
                            fmt::format("--work-dir {}: {}", dir, error.message()));
     }
+    // Its files are written only there, never through another user's link (private_files.h).
+    if (std::string why = cli::check_replaceable(dir + "/history.jsonl"); !why.empty())
+      return reporter.fail(kExitUsage, "usage", fmt::format("--work-dir {}: {}", dir, why));
   } else {
     char templ[] = "/tmp/fencelock-torture-XXXXXX";
     if (::mkdtemp(templ) == nullptr)
