@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -211,6 +212,42 @@ TEST_F(CliSecrets, FencelockIsNotDumpableAndItsCommandIs) {
   const auto status = fencelock.wait_for(std::chrono::seconds(20));
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(*status, 0);
+}
+
+// Every process's environment, as /proc/PID/environ shows it, of the processes whose command
+// line contains `marker`; how many such processes were read.
+int scan_environments(const std::string& marker, const std::string& secret, bool& found) {
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (slurp(entry.path() / "cmdline").find(marker) == std::string::npos) continue;
+    ++seen;
+    if (slurp(entry.path() / "environ").find(secret) != std::string::npos) found = true;
+  }
+  return seen;
+}
+
+// torture's workers get the backend URI and passwords through a pipe, not their environment:
+// /proc/PID/environ of a worker, readable by every process of the user until the new image made
+// itself non-dumpable (and by root always), never holds the password. An attack read it there
+// from workers starting up.
+TEST_F(CliSecrets, TortureWorkersNeverHoldThePasswordInTheirEnvironment) {
+  auto server = RedisServer::start(RedisServerOptions{.password = kRedisPassword});
+  const std::string uri = fmt::format("redis://:{}@127.0.0.1:{}", kRedisPassword, server->port());
+  ChildProcess torture = ChildProcess::spawn(
+      cli_argv({"torture", "--workers", "2", "--duration", "3s", "--faults", "none", "--work-dir",
+                dir_ + "/environ-torture"}),
+      {"FENCELOCK_BACKEND=" + uri, "FENCELOCK_REDIS_PASSWORD=" + std::string(kRedisPassword)});
+  int seen = 0;
+  bool found = false;
+  std::optional<int> status;
+  while (!(status = torture.wait_for(std::chrono::milliseconds(5)))) {
+    seen += scan_environments("torture-worker", kRedisPassword, found);
+  }
+  EXPECT_EQ(*status, 0);
+  EXPECT_GT(seen, 0) << "no worker was seen: this test proves nothing";
+  EXPECT_FALSE(found) << "a worker's environment held the password";
 }
 
 TEST_F(CliSecrets, ARedisPasswordAppearsInNoOutputChannel) {

@@ -25,6 +25,7 @@
 #include "mistyped.h"
 #include "run_command.h"
 #include "terminal_text.h"
+#include "torture/child_processes.h"
 #include "torture/torture_command.h"
 
 namespace fencelock::cli {
@@ -418,15 +419,30 @@ int main_with_args(int argc, char** argv) {
 
 }  // namespace fencelock::cli
 
+// Non-dumpable from the first moment fencelock's own code runs (before main(), and before
+// the static constructors of this program), so that the window in which another process of the
+// user can read the environment's passwords is the dynamic loader's time only.
+__attribute__((constructor(101))) static void not_dumpable_from_the_start() {
+  if (const char* keep = std::getenv("FENCELOCK_CORE_DUMPS");
+      keep == nullptr || std::string_view(keep) != "1") {
+    (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  }
+}
+
 int main(int argc, char** argv) try {
   // fencelock holds backend passwords (from the URI or the environment) in its memory: no core
   // dump of it, and no other process of the same user may read its memory or environment
   // (/proc/PID/mem, environ: non-dumpable processes' files belong to root). A review found the
   // Redis password four times in a core of `run`. CMD is dumpable again: execve resets it.
   // FENCELOCK_CORE_DUMPS=1 keeps fencelock dumpable, to debug a crash (docs/CLI.md).
+  // (Set again here: the constructor below does it before any other code of fencelock runs.)
   if (const char* keep = std::getenv("FENCELOCK_CORE_DUMPS");
       keep == nullptr || std::string_view(keep) != "1") {
     (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  }
+  // A torture worker gets its backend URI and passwords through a pipe (child_processes.h).
+  if (argc > 1 && std::string_view(argv[1]) == "torture-worker") {
+    fencelock::torture::take_secrets_from_pipe();
   }
   // A write to a server connection the peer closed must fail with EPIPE, not kill fencelock (and
   // leave `run`'s command unsupervised). The command gets the default disposition back.

@@ -71,6 +71,23 @@ void WorkerProcess::start(const std::vector<std::string>& extra_env) {
   for (auto& e : extra) {
     if (e.back() != '=') env.push_back(e.data());  // "NAME=" only removes NAME
   }
+  // The secrets (the backend URI, the password variables) go through a pipe, not the
+  // environment: until the new image makes itself non-dumpable, every process of the user can
+  // read its /proc/PID/environ (an attack read the password there from workers starting up).
+  std::string secrets;
+  std::erase_if(env, [&](char* e) {
+    if (!is_secret_variable(e)) return false;
+    secrets.append(e).push_back('\0');
+    return true;
+  });
+  int pipe_fds[2] = {-1, -1};
+  if (!secrets.empty() && ::pipe2(pipe_fds, O_CLOEXEC) == 0) {
+    const ssize_t n = ::write(pipe_fds[1], secrets.data(), secrets.size());  // < a pipe's buffer
+    (void)n;
+    ::close(pipe_fds[1]);
+  }
+  const std::string fd_variable = fmt::format("{}={}", kSecretsFdVariable, kSecretsFd);
+  if (pipe_fds[0] >= 0) env.push_back(const_cast<char*>(fd_variable.c_str()));
   env.push_back(nullptr);
   pid_ = ::fork();
   if (pid_ == 0) {
@@ -78,8 +95,43 @@ void WorkerProcess::start(const std::vector<std::string>& extra_env) {
     sigset_t none;
     sigemptyset(&none);
     ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    if (pipe_fds[0] >= 0) ::dup2(pipe_fds[0], kSecretsFd);  // dup2 clears close-on-exec
     ::execve("/proc/self/exe", raw.data(), env.data());
     ::_exit(127);
+  }
+  if (pipe_fds[0] >= 0) ::close(pipe_fds[0]);
+}
+
+bool is_secret_variable(std::string_view entry) {
+  for (std::string_view name : {"FENCELOCK_BACKEND=", "FENCELOCK_REDIS_PASSWORD=",
+                                "FENCELOCK_ETCD_PASSWORD=", "PGPASSWORD="}) {
+    if (entry.starts_with(name)) return true;
+  }
+  return false;
+}
+
+void take_secrets_from_pipe() {
+  const char* fd_text = std::getenv(kSecretsFdVariable);
+  if (fd_text == nullptr) return;
+  const int fd = std::atoi(fd_text);
+  ::unsetenv(kSecretsFdVariable);
+  if (fd != kSecretsFd) return;
+  std::string all;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    all.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = all.find('\0', at);
+    const std::string entry = all.substr(at, end - at);
+    if (const auto eq = entry.find('='); eq != std::string::npos && is_secret_variable(entry))
+      ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+    if (end == std::string::npos) break;
+    at = end + 1;
   }
 }
 

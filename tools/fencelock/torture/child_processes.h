@@ -12,16 +12,26 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fencelock::torture {
 
 // One worker process, started by re-executing this program; killed (SIGKILL) and reaped by the
 // destructor.
+// The secret variables (FENCELOCK_BACKEND and the backends' password variables) reach a worker
+// through a pipe at descriptor kSecretsFd, named by kSecretsFdVariable, not in its environment:
+// take_secrets_from_pipe(), run by the worker once it is not dumpable, puts them into its
+// environment.
+inline constexpr const char* kSecretsFdVariable = "FENCELOCK_SECRETS_FD";
+inline constexpr int kSecretsFd = 9;
+bool is_secret_variable(std::string_view entry);  // "NAME=VALUE"
+void take_secrets_from_pipe();
+
 class WorkerProcess {
  public:
-  // The backend URI travels in the environment (FENCELOCK_BACKEND), not in the argument list
-  // that every user of the machine can read.
+  // The backend URI travels through a pipe (FENCELOCK_BACKEND, kSecretsFd), not in the argument
+  // list or the environment, which other processes can read.
   WorkerProcess(int id, std::vector<std::string> argv, const std::string& backend,
                 const std::vector<std::string>& env);
   ~WorkerProcess();
