@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -204,6 +205,43 @@ TEST_F(CliMetrics, TortureWritesNoLogThroughAHardLinkInItsWorkDir) {
                    {}, std::chrono::minutes(1));
   (void)r;  // the run's verdict does not matter here, only where its logs went
   EXPECT_EQ(read_file(victim), "precious\n") << r.stderr_text;
+}
+
+// The line of `sample` (name and labels) in `text`, without the sample: its value; "" if absent.
+std::string value_of(const std::string& text, const std::string& sample) {
+  const auto at = text.find("\n" + sample + " ");
+  if (at == std::string::npos) return "";
+  const auto start = at + sample.size() + 2;
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+// For a cron job's monitoring (node_exporter's textfile collector): the run's duration, exit code
+// and the time of the last run of the key that exited 0, labelled with the key; a failed run
+// keeps the last success of the file it replaces.
+TEST_F(CliMetrics, RunWritesItsDurationExitCodeAndLastSuccessPerKey) {
+  const std::string file = path("cron.prom");
+  const std::string labels = R"({key="cron/\"nightly\""})";
+  auto ok = run_cli(
+      {"run", "--metrics", file, "--backend", server_->uri(), "cron/\"nightly\"", "--", "true"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.stderr_text;
+  const std::string first = read_file(file);
+  EXPECT_EQ(value_of(first, "fencelock_run_exit_code" + labels), "0") << first;
+  EXPECT_NE(value_of(first, "fencelock_run_duration_seconds" + labels), "") << first;
+  const std::string success =
+      value_of(first, "fencelock_run_last_success_timestamp_seconds" + labels);
+  ASSERT_NE(success, "") << first;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_NEAR(std::stod(success), now, 60.0);
+  EXPECT_THAT(first, HasSubstr("# TYPE fencelock_run_last_success_timestamp_seconds gauge\n"));
+
+  auto failed = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "cron/\"nightly\"",
+                         "--", "sh", "-c", "exit 3"});
+  ASSERT_EQ(failed.exit_code, 3) << failed.stderr_text;
+  const std::string second = read_file(file);
+  EXPECT_EQ(value_of(second, "fencelock_run_exit_code" + labels), "3") << second;
+  EXPECT_EQ(value_of(second, "fencelock_run_last_success_timestamp_seconds" + labels), success)
+      << "the failed run lost the last success";
 }
 
 TEST_F(CliMetrics, NoFileWhenTheBackendCannotBeReached) {

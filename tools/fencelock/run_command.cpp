@@ -117,10 +117,82 @@ std::string write_metrics_file(const std::string& path, std::string_view text) {
   return replace_file(path, text);
 }
 
-// Writes the client's metrics for --metrics. A failure is a warning: the exit code stays the
-// command's (the lock is already released).
-void write_metrics(const std::string& path, const Client& client, const Reporter& reporter) {
-  std::string error = write_metrics_file(path, to_prometheus(client.metrics(), client.describe()));
+// A label value as the exposition format requires: backslash, double quote and newline escaped.
+std::string label_value(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// The value of `sample` (its name and labels, as written) in the Prometheus text at `path`, if
+// the file is a regular file that holds it (the last run's last success, kept across failures).
+std::optional<std::string> previous_sample(const std::string& path, const std::string& sample) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 20)) {
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  }
+  ::close(fd);
+  const std::string prefix = sample + " ";
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line(text.data() + at, end - at);
+    if (line.starts_with(prefix)) return std::string(line.substr(prefix.size()));
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+// What a cron job's monitoring needs of this run, labelled with the key: how long `run` took
+// (waiting for the lock included), the exit code it returned, and when a run of this key last
+// exited 0 (carried over from the file when this one did not).
+std::string run_metrics(const std::string& path, const std::string& key,
+                        std::chrono::steady_clock::duration took, int exit_code) {
+  const std::string labels = fmt::format("{{key=\"{}\"}}", label_value(key));
+  const std::string success_sample = "fencelock_run_last_success_timestamp_seconds" + labels;
+  std::optional<std::string> last_success;
+  if (exit_code == 0) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    last_success = fmt::format("{:.3f}", std::chrono::duration<double>(now).count());
+  } else {
+    last_success = previous_sample(path, success_sample);
+  }
+  std::string out = fmt::format(
+      "# HELP fencelock_run_duration_seconds How long fencelock run took, waiting for the lock "
+      "included.\n"
+      "# TYPE fencelock_run_duration_seconds gauge\n"
+      "fencelock_run_duration_seconds{} {:.3f}\n"
+      "# HELP fencelock_run_exit_code The exit code fencelock run returned.\n"
+      "# TYPE fencelock_run_exit_code gauge\n"
+      "fencelock_run_exit_code{} {}\n",
+      labels, std::chrono::duration<double>(took).count(), labels, exit_code);
+  if (last_success) {
+    out += fmt::format(
+        "# HELP fencelock_run_last_success_timestamp_seconds When a run of this key last exited "
+        "0 (Unix time).\n"
+        "# TYPE fencelock_run_last_success_timestamp_seconds gauge\n"
+        "{} {}\n",
+        success_sample, *last_success);
+  }
+  return out;
+}
+
+// Writes the client's metrics for --metrics, and the run's own (run_metrics). A failure is a
+// warning: the exit code stays the command's (the lock is already released).
+void write_metrics(const std::string& path, const std::string& run_text, const Client& client,
+                   const Reporter& reporter) {
+  std::string error =
+      write_metrics_file(path, run_text + to_prometheus(client.metrics(), client.describe()));
   if (error.empty()) return;
   std::string message = fmt::format("warning: cannot write metrics to '{}': {}", path, error);
   if (reporter.json()) {
@@ -391,13 +463,17 @@ int run_command(const RunArgs& args) {
   if (std::string failed = become_subreaper(); !failed.empty()) {
     return reporter.fail(kExitSoftware, "internal", failed + "; nothing was acquired", fields);
   }
+  const auto started = std::chrono::steady_clock::now();
   Acquisition got =
       connect_and_acquire(backend.uri, args.json, settings->key, settings->acquire, *signals);
   const int code =
       supervise_or_report(args, *settings, backend, got, *signals, guardian, reporter, fields);
   // The command has exited and the lease is released (or lost): the metrics count both.
   if (!args.metrics_file.empty() && got.client && got.client->ok()) {
-    write_metrics(args.metrics_file, got.client->value(), reporter);
+    write_metrics(
+        args.metrics_file,
+        run_metrics(args.metrics_file, args.key, std::chrono::steady_clock::now() - started, code),
+        got.client->value(), reporter);
   }
   return code;
 }
