@@ -75,11 +75,16 @@ std::vector<redisReply*> RedisBaseline::everywhere(const std::vector<redisContex
 }
 
 bool RedisBaseline::cycle(const std::string& key) {
+  // The same script calls as the library (redis_backend.cpp): a fresh lock value per attempt
+  // (the owner id, then 16 hex digits), the attempt's tombstone key, no releases owed, and a
+  // minute's tombstone life (the lock's TTL, at least a minute).
   std::string owner = fmt::format("{:032x}", ++counter_);
+  std::string value = owner + fmt::format("{:016x}", counter_);
   std::string acquire = format_command(
-      {"EVALSHA", std::string(lua::acquire_sha1), "6", keys::lock_key(key), keys::fence_key(key),
+      {"EVALSHA", std::string(lua::acquire_sha1), "7", keys::lock_key(key), keys::fence_key(key),
        keys::holder_key(key), keys::queue_key(key), keys::queue_expiry_key(key),
-       keys::queue_wake_key(key), owner, "10000", "{}", "0", "0", ""});
+       keys::queue_wake_key(key), keys::tombstone_key(key, value), owner, "10000", "{}", "0", "0",
+       "", value, "0", "60000"});
   std::vector<redisContext*> granted;
   std::vector<long long> counters;
   long long token = 0;
@@ -103,12 +108,13 @@ bool RedisBaseline::cycle(const std::string& key) {
   if (ok && !granted.empty()) {
     std::string raise =
         format_command({"EVALSHA", std::string(lua::raise_fence_sha1), "3", keys::lock_key(key),
-                        keys::fence_key(key), keys::holder_key(key), owner, std::to_string(token)});
+                        keys::fence_key(key), keys::holder_key(key), value, std::to_string(token)});
     for (auto* r : everywhere(granted, raise)) freeReplyObject(r);
   }
   std::string release = format_command(
-      {"EVALSHA", std::string(lua::release_sha1), "5", keys::lock_key(key), keys::holder_key(key),
-       keys::queue_key(key), keys::queue_expiry_key(key), keys::queue_wake_key(key), owner, "1"});
+      {"EVALSHA", std::string(lua::release_sha1), "6", keys::lock_key(key), keys::holder_key(key),
+       keys::queue_key(key), keys::queue_expiry_key(key), keys::queue_wake_key(key),
+       keys::tombstone_key(key, value), owner, "1", value, "60000"});
   for (auto* r : everywhere(contexts_, release)) freeReplyObject(r);
   return ok;
 }

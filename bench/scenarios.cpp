@@ -60,6 +60,44 @@ std::pair<Clock::duration, std::chrono::microseconds> measure(int count,
 
 }  // namespace
 
+namespace {
+
+// "met" or "MISSED", after a target.
+const char* mark(bool met) { return met ? "met" : "MISSED"; }
+
+// Calls that returned an error: how many, and the first one's text (so that a count is never
+// shown without what it counts).
+class Failures {
+ public:
+  void add(const Status& status) {
+    count_++;
+    detail::MutexLock lock(mu_);
+    if (first_.empty()) first_ = status.to_string();
+  }
+  void add(std::string_view what) {
+    count_++;
+    detail::MutexLock lock(mu_);
+    if (first_.empty()) first_ = what;
+  }
+  int count() const { return count_.load(); }
+  std::string first() const {
+    detail::MutexLock lock(mu_);
+    return first_;
+  }
+  // "0", or "N (calls that returned an error; the first: TEXT)".
+  std::string text() const {
+    if (count() == 0) return "0";
+    return fmt::format("{} (calls that returned an error; the first: {})", count(), first());
+  }
+
+ private:
+  std::atomic<int> count_{0};
+  mutable detail::Mutex mu_;
+  std::string first_ FENCELOCK_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
 nlohmann::json run_uncontended(const UncontendedConfig& config) {
   Client client = connect(config.uri);  // also creates the PostgreSQL schema the baseline needs
   std::function<bool(const std::string&)> bare;
@@ -75,13 +113,17 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
     bare = [redis](const std::string& k) { return redis->cycle(k); };
   }
   auto lib_key = *LockKey::make("bench/uncontended/lib");
-  std::atomic<int> failures{0};
+  Failures failures, base_failures;
   auto lib_cycle = [&] {
     auto lease = client.acquire(lib_key, {.ttl = 10s});
-    if (!lease.ok() || !lease->release().ok()) failures++;
+    if (!lease.ok()) {
+      failures.add(lease.status());
+    } else if (Status released = lease->release(); !released.ok()) {
+      failures.add(released);
+    }
   };
   auto base_cycle = [&] {
-    if (!bare("bench/uncontended/base")) failures++;
+    if (!bare("bench/uncontended/base")) base_failures.add("the bare driver's cycle failed");
   };
   std::vector<double> lib, base;
   measure(config.batch, lib, lib_cycle);  // warm-up: connections, script caches
@@ -110,10 +152,13 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
       "{:<8} uncontended  baseline  {:>8.0f} cycles/s  p50 {:>7.1f} us  p99 {:>7.1f} us  p999 "
       "{:>7.1f} us  cpu {:>5.1f} us/cycle\n",
       config.label, base_rate, bs.p50_us, bs.p99_us, bs.p999_us, base_cpu_us);
+  const double p50_ratio = ls.p50_us / bs.p50_us, cpu_ratio = lib_cpu_us / base_cpu_us;
   fmt::print(
-      "{:<8} uncontended  ratio     p50 {:.2f}x (target <= 1.25x)  cpu {:.2f}x (target <= 2x)  "
-      "failures {}\n",
-      config.label, ls.p50_us / bs.p50_us, lib_cpu_us / base_cpu_us, failures.load());
+      "{:<8} uncontended  ratio     p50 {:.2f}x (target <= 1.25x: {})  cpu {:.2f}x (target <= "
+      "2x: {})\n",
+      config.label, p50_ratio, mark(p50_ratio <= 1.25), cpu_ratio, mark(cpu_ratio <= 2.0));
+  fmt::print("{:<8} uncontended  failures  fencelock {}  baseline {}\n", config.label,
+             failures.text(), base_failures.text());
   return {{"backend", config.label},
           {"scenario", "uncontended"},
           {"fencelock",
@@ -124,9 +169,14 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
            {{"cycles_per_s", base_rate},
             {"latency", summary_json(bs)},
             {"cpu_us_per_cycle", base_cpu_us}}},
-          {"p50_ratio", ls.p50_us / bs.p50_us},
-          {"cpu_ratio", lib_cpu_us / base_cpu_us},
-          {"failures", failures.load()}};
+          {"p50_ratio", p50_ratio},
+          {"cpu_ratio", cpu_ratio},
+          {"p50_target_met", p50_ratio <= 1.25},
+          {"cpu_target_met", cpu_ratio <= 2.0},
+          {"failures", failures.count() + base_failures.count()},
+          {"failures_fencelock", failures.count()},
+          {"failures_baseline", base_failures.count()},
+          {"first_failure", failures.first()}};
 }
 
 nlohmann::json run_contended(const ContendedConfig& config) {
@@ -138,7 +188,7 @@ nlohmann::json run_contended(const ContendedConfig& config) {
   std::vector<double> waits;
   std::vector<double> handoffs;  // a release call to the next grant, when a waiter was queued
   std::vector<double> grants(static_cast<std::size_t>(config.workers));
-  std::atomic<int> failures{0};
+  Failures failures;
   // When the last holder called release(): the next grant measures its hand-off against it.
   std::atomic<Clock::rep> released_at{0};
   auto start = Clock::now();
@@ -152,7 +202,7 @@ nlohmann::json run_contended(const ContendedConfig& config) {
         auto t0 = Clock::now();
         auto lease = clients[static_cast<std::size_t>(w)].acquire(key, {.ttl = 10s, .wait = 30s});
         if (!lease.ok()) {
-          failures++;
+          failures.add(lease.status());
           continue;
         }
         const auto granted = Clock::now();
@@ -182,22 +232,30 @@ nlohmann::json run_contended(const ContendedConfig& config) {
       1e6 / (static_cast<double>(config.critical_section.count()) + config.uncontended_cycle_us);
   fmt::print(
       "{:<8} contended    {} workers, {} us critical section: {:>6.0f} grants/s (target >= {:.0f} "
-      "= 80% of {:.0f})\n",
-      config.label, config.workers, config.critical_section.count(), rate, 0.8 * ideal, ideal);
+      "= 80% of {:.0f}: {})\n",
+      config.label, config.workers, config.critical_section.count(), rate, 0.8 * ideal, ideal,
+      mark(rate >= 0.8 * ideal));
   fmt::print(
       "{:<8} contended    wait mean {:.0f} us  p50 {:.0f} us  p99 {:.0f} us (target <= {:.0f} = 3x "
-      "mean)  max {:.0f} us  fairness {:.3f} (target >= 0.95)  failures {}\n",
-      config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us, ws.max_us, fairness,
-      failures.load());
+      "mean: {})  max {:.0f} us  fairness {:.3f} (target >= 0.95: {})  failures {}\n",
+      config.label, ws.mean_us, ws.p50_us, ws.p99_us, 3 * ws.mean_us,
+      mark(ws.p99_us <= 3 * ws.mean_us), ws.max_us, fairness, mark(fairness >= 0.95),
+      failures.text());
   fmt::print(
       "{:<8} contended    hand-off (release call to the next grant) p50 {:.0f} us  p99 "
       "{:.0f} us  max {:.0f} us\n",
       config.label, hs.p50_us, hs.p99_us, hs.max_us);
-  return {{"backend", config.label},   {"scenario", "contended"},
-          {"workers", config.workers}, {"critical_section_us", config.critical_section.count()},
-          {"grants_per_s", rate},      {"target_grants_per_s", 0.8 * ideal},
-          {"wait", summary_json(ws)},  {"handoff", summary_json(hs)},
-          {"fairness", fairness},      {"failures", failures.load()}};
+  return {{"backend", config.label},
+          {"scenario", "contended"},
+          {"workers", config.workers},
+          {"critical_section_us", config.critical_section.count()},
+          {"grants_per_s", rate},
+          {"target_grants_per_s", 0.8 * ideal},
+          {"wait", summary_json(ws)},
+          {"handoff", summary_json(hs)},
+          {"fairness", fairness},
+          {"failures", failures.count()},
+          {"first_failure", failures.first()}};
 }
 
 namespace {

@@ -238,6 +238,10 @@ TEST_F(CliExitCodes, BenchTakesDurationAndStillTheOldSeconds) {
     auto r = run_cli(args, {}, std::chrono::minutes(1));
     EXPECT_EQ(r.exit_code, 0) << length[0] << ": " << r.stderr_text;
     EXPECT_THAT(r.stdout_text, HasSubstr("\"scenario\":\"uncontended\"")) << r.stdout_text;
+    // Both sides work: the bare baseline calls the scripts as the library does (it called them
+    // with an outdated argument list, and every one of its cycles failed unexplained).
+    EXPECT_THAT(r.stdout_text, HasSubstr("\"failures_baseline\":0")) << r.stdout_text;
+    EXPECT_THAT(r.stdout_text, HasSubstr("\"failures_fencelock\":0")) << r.stdout_text;
   }
   auto zero = run_cli({"bench", "--backend", server_->uri(), "--duration", "0"});
   EXPECT_EQ(zero.exit_code, 64) << zero.stderr_text;
