@@ -30,7 +30,7 @@ Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
   if (scheme == "memory") return detail::make_memory_backend(*parsed);
   if (scheme == "redis" || scheme == "redlock") return detail::make_redis_backend(*parsed, options);
   if (scheme == "etcd" || scheme == "etcds") return detail::make_etcd_backend(uri, options);
-  return detail::unknown_scheme(scheme);
+  return detail::unknown_scheme(uri.substr(0, uri.find("://")));  // as typed
 }
 
 }  // namespace

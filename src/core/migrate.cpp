@@ -14,7 +14,11 @@ Result<std::vector<std::string>> migrate(std::string_view uri, const ClientOptio
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) return parsed.status();
   const std::string& scheme = parsed->scheme;
-  if (!detail::known_scheme(scheme)) return detail::unknown_scheme(scheme);
+  // As Client::connect() takes them: libpq's schemes only in lowercase (POSTGRES:// was taken
+  // for a backend without a schema, and migrate said all was in place).
+  const std::string_view typed = uri.substr(0, uri.find("://"));
+  if (!detail::known_scheme(scheme) || scheme == "postgres" || scheme == "postgresql")
+    return detail::unknown_scheme(typed);
   // No other backend has a schema; the URI is still checked as connect() would, so that a
   // mistake in it is found here too.
   if (scheme == "redis" || scheme == "redlock") {

@@ -65,7 +65,7 @@ bool secret_parameter(std::string_view name) { return name == "password" || name
 // percent-encoded token'), and what it quotes must not hold a password. The secrets themselves
 // cannot make the real URI malformed: the password goes back percent-encoded, and a value is
 // any text up to the next '&'.
-Status check_with_libpq(const std::string& without_secrets) {
+Status check_with_libpq(const std::string& without_secrets, bool had_secrets) {
   char* error = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(without_secrets.c_str(), &error);
   if (parsed != nullptr) {
@@ -74,6 +74,13 @@ Status check_with_libpq(const std::string& without_secrets) {
   }
   std::string why = error != nullptr ? error : "libpq could not parse it";
   PQfreemem(error);
+  // A raw '&' in a secret's value cuts the value there, and libpq would quote the rest as a
+  // parameter of its own: with secrets in the query, its text is not shown.
+  if (had_secrets) {
+    return Status(Code::kInvalidArgument,
+                  "malformed backend URI: libpq cannot parse its query (not shown: it holds a "
+                  "password); in a password write '&' as %26, '=' as %3D, '%' as %25");
+  }
   while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
   if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
   return Status(Code::kInvalidArgument, fmt::format("malformed backend URI: {}", why));
@@ -137,6 +144,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   if (Status st = check_host_count(base.substr(0, base.find('/'))); !st.ok()) return st;
   std::string kept;
   std::string kept_shown;  // `kept` with the values of secret parameters masked
+  bool had_secrets = false;
   while (!query.empty()) {
     auto amp = query.find('&');
     std::string_view pair = query.substr(0, amp);
@@ -149,6 +157,7 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
     auto decoded_name = percent_decode(name, "the name of a query parameter");
     if (!decoded_name.ok()) return decoded_name.status();
     if (secret_parameter(*decoded_name)) {
+      had_secrets = true;
       // Checked here, and never quoted: libpq's own errors about a value quote it.
       auto decoded = percent_decode(value, "a secret");
       if (!decoded.ok()) {
@@ -186,7 +195,8 @@ Result<PostgresUri> split_postgres_uri(std::string_view uri) {
   }
   const std::string shown_prefix =
       std::string(uri.substr(0, scheme_end)) + (shown_user.empty() ? "" : shown_user + "@");
-  if (Status st = check_with_libpq(shown_prefix + std::string(base) + kept_shown); !st.ok())
+  if (Status st = check_with_libpq(shown_prefix + std::string(base) + kept_shown, had_secrets);
+      !st.ok())
     return st;
   out.conninfo = prefix + std::string(base) + kept + missing_keepalives(kept);
   // Description: the user without the password.

@@ -208,6 +208,11 @@ TEST_F(CliExitCodes, MigrateWithAnUnknownSchemeGives64) {
   EXPECT_TRUE(is_one_error_line(r.stderr_text)) << r.stderr_text;
   EXPECT_THAT(r.stderr_text, HasSubstr("unknown backend scheme 'zk://'"));
   EXPECT_THAT(r.stdout_text, Not(HasSubstr("nothing to do")));
+  // libpq's schemes are lowercase: POSTGRES:// is refused as connect() refuses it, named as typed
+  // (migrate took it for a backend without a schema and exited 0).
+  RunResult upper = run_cli({"migrate", "--backend", "POSTGRES://u:p@h/d"});
+  EXPECT_EQ(upper.exit_code, 64) << upper.stdout_text << upper.stderr_text;
+  EXPECT_THAT(upper.stderr_text, HasSubstr("unknown backend scheme 'POSTGRES://'"));
 }
 
 // Library warnings while connecting reach the operator once, on stderr (they went nowhere): here

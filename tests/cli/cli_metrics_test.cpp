@@ -195,6 +195,46 @@ TEST_F(CliMetrics, APathThroughADirectoryAnotherUserControlsIsRefused) {
 
 // torture's worker logs in --work-dir: a hard link planted there to another file is not
 // appended to (before: the lease lines went into the linked file).
+// Root's run replacing a metrics file that another user planted in a shared directory: the new
+// file does not take the planted file's mode (it made root's file writable by all), and the
+// planted last-success value is not carried over (it faked a recent success).
+TEST_F(CliMetrics, APlantedMetricsFileGivesNeitherItsModeNorItsValues) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to plant a file of another user";  // CI runs as root
+  }
+  const std::string shared = path("shared");
+  ASSERT_EQ(::mkdir(shared.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  const std::string file = shared + "/m.prom";
+  std::ofstream(file) << "fencelock_run_last_success_timestamp_seconds{key=\"k\"} 99999999999\n";
+  ASSERT_EQ(::chmod(file.c_str(), 0666), 0);
+  ASSERT_EQ(::chown(file.c_str(), 65534, 65534), 0);
+  auto r = run_cli({"run", "--metrics", file, "--backend", server_->uri(), "k", "--", "false"});
+  EXPECT_EQ(r.exit_code, 1) << r.stderr_text;
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "the planted file's mode was taken";
+  EXPECT_THAT(read_file(file), Not(HasSubstr("99999999999"))) << "the planted value was carried";
+}
+
+// --work-dir through a symlink that another user planted: refused before anything is created
+// where it points (std::filesystem::create_directories followed it, then the check refused).
+TEST_F(CliMetrics, TortureCreatesNoWorkDirThroughAnotherUsersLink) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to plant a link of another user";  // CI runs as root
+  }
+  const std::string target = path("target"), link = path("planted");
+  ASSERT_EQ(::mkdir(target.c_str(), 0700), 0);
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  auto r = run_cli({"torture", "--backend", server_->uri(), "--duration", "2s", "--workers", "1",
+                    "--faults", "none", "--work-dir", link + "/sub/deeper"});
+  EXPECT_EQ(r.exit_code, 64) << r.stderr_text;
+  EXPECT_THAT(r.stderr_text, HasSubstr("belongs to another user"));
+  EXPECT_FALSE(std::filesystem::exists(target + "/sub")) << "created through the planted link";
+}
+
 TEST_F(CliMetrics, TortureWritesNoLogThroughAHardLinkInItsWorkDir) {
   const std::string work = path("work"), victim = path("victim");
   ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);

@@ -140,11 +140,12 @@ TEST_F(CliSecrets, NoMalformedUriShowsItsPasswordAndEachIsAUsageError) {
       "postgres://h/db?password=" + raw + "%00", "postgres://u:" + raw + "%00@h/db",
       "postgres://u@[::1/db?pass%77ord=" + raw,  // a percent-encoded parameter name
       "postgres://h/db?pass%77ord=" + raw + "%zz", "postgres://h/db?sslpassword=" + raw + "=%41",
-      "redis://:" + raw + "@[::1/0", "redis://:" + encoded + "@h:99999",
-      "redis://u:" + raw + "@h:6379/abc", "redis://:" + raw + "@h:6379/0?bogus=1",
-      "redlock://:" + raw + "@h:1,[::1", "redlock://:" + raw + "@h:1,h:99999",
-      "etcd://u:" + raw + "@[::1", "etcd://u:" + encoded + "@h:99999",
-      "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
+      "postgres://h/db?password=" + raw + "&tail9",  // a raw '&' cuts the password
+      "postgres://h/db?password=" + raw + "&cd99=ef", "redis://:" + raw + "@[::1/0",
+      "redis://:" + encoded + "@h:99999", "redis://u:" + raw + "@h:6379/abc",
+      "redis://:" + raw + "@h:6379/0?bogus=1", "redlock://:" + raw + "@h:1,[::1",
+      "redlock://:" + raw + "@h:1,h:99999", "etcd://u:" + raw + "@[::1",
+      "etcd://u:" + encoded + "@h:99999", "etcds://u:" + raw + "@h:2379?cacert=/nonexistent/ca.pem",
       "etcd://u:" + raw + "@h:2379?bogus=1", "bogus://u:" + raw + "@h"};
   const std::vector<std::vector<std::string>> commands = {
       {"run", "k", "--", "true"},
@@ -238,7 +239,9 @@ TEST_F(CliSecrets, TortureWorkersNeverHoldThePasswordInTheirEnvironment) {
   ChildProcess torture = ChildProcess::spawn(
       cli_argv({"torture", "--workers", "2", "--duration", "3s", "--faults", "none", "--work-dir",
                 dir_ + "/environ-torture"}),
-      {"FENCELOCK_BACKEND=" + uri, "FENCELOCK_REDIS_PASSWORD=" + std::string(kRedisPassword)});
+      // A FENCELOCK_SECRETS_FD of the user's own must not displace the workers' pipe.
+      {"FENCELOCK_BACKEND=" + uri, "FENCELOCK_REDIS_PASSWORD=" + std::string(kRedisPassword),
+       "FENCELOCK_SECRETS_FD=8"});
   int seen = 0;
   bool found = false;
   std::optional<int> status;

@@ -47,7 +47,7 @@ std::string refusal(mode_t mode) {
 // writable by nobody else unless sticky (like /tmp), and every symlink passed through is owned by
 // root or by this user. Each step opens one component below the last with O_NOFOLLOW, so what is
 // checked is what is used. -1 with `why` set on failure.
-int open_trusted_directory(const std::string& dir, std::string& why) {
+int open_trusted_directory(const std::string& dir, std::string& why, bool create = false) {
   const uid_t me = ::geteuid();
   const gid_t my_group = ::getegid();
   std::vector<std::string> todo;  // components left, last first
@@ -95,7 +95,10 @@ int open_trusted_directory(const std::string& dir, std::string& why) {
   for (int links = 0; !todo.empty();) {
     const std::string name = todo.back();
     todo.pop_back();
-    if (::fstatat(fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (::fstatat(fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        (errno != ENOENT || !create ||
+         (::mkdirat(fd.get(), name.c_str(), 0700) != 0 && errno != EEXIST) ||
+         ::fstatat(fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)) {
       why = fmt::format("'{}': {}", name, detail::errno_text(errno));
       return -1;
     }
@@ -156,6 +159,19 @@ std::string random_suffix() {
 
 }  // namespace
 
+std::string make_trusted_directory(const std::string& path) {
+  std::string why;
+  UniqueFd fd(open_trusted_directory(path, why, /*create=*/true));
+  if (!fd.valid()) return why;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return detail::errno_text(errno);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return "it is writable by other users, who could plant names in it before fencelock writes "
+           "them; use a directory only you can write";
+  }
+  return "";
+}
+
 std::string check_replaceable(const std::string& path) {
   const auto [dir, name] = split_path(path);
   std::string why;
@@ -174,10 +190,12 @@ std::string replace_file(const std::string& path, std::string_view text) {
   UniqueFd dir_fd(open_trusted_directory(dir, why));
   if (!dir_fd.valid()) return fmt::format("its directory: {}", why);
   if (!writable_regular_or_absent(dir_fd.get(), name, why)) return why;
-  // The new file keeps the mode of the one it replaces (a 0600 file stays 0600), else 0644.
+  // The new file keeps the mode of one of this user's it replaces (a 0600 file stays 0600), never
+  // another user's (a planted 0666 file would make root's file writable by all); else 0644.
   mode_t mode = 0644;
-  if (struct stat old{}; ::fstatat(dir_fd.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0)
-    mode = old.st_mode & 0777;
+  if (struct stat old{}; ::fstatat(dir_fd.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0 &&
+                         old.st_uid == ::geteuid())
+    mode = old.st_mode & 0755;
   std::string temp;
   int fd = -1;
   for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
@@ -210,6 +228,27 @@ std::string replace_file(const std::string& path, std::string_view text) {
   if (ok) return "";
   ::unlinkat(dir_fd.get(), temp.c_str(), 0);
   return detail::errno_text(error);
+}
+
+std::optional<std::string> read_own_file(const std::string& path, std::size_t max_bytes) {
+  const auto [dir, name] = split_path(path);
+  std::string why;
+  UniqueFd dir_fd(open_trusted_directory(dir, why));
+  if (!dir_fd.valid()) return std::nullopt;
+  UniqueFd fd(::openat(dir_fd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_uid != ::geteuid())
+    return std::nullopt;
+  std::string text;
+  char buffer[4096];
+  while (text.size() < max_bytes) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
 }
 
 std::FILE* open_no_follow(const std::string& path, bool append) {

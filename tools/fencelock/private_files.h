@@ -19,11 +19,18 @@
 // Thread-safety: the functions share no state.
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace fencelock::cli {
+
+// Creates the directory `path` and its missing parents (0700) the way replace_file() reaches a
+// directory (no component another user controls), and requires it to be writable by this user
+// only. "" on success, else why not.
+std::string make_trusted_directory(const std::string& path);
 
 // "" if `path` may be written by replace_file(): it does not exist or is a regular file, and its
 // directory exists and is writable; else why not, in words ("is a symbolic link; ...").
@@ -32,6 +39,11 @@ std::string check_replaceable(const std::string& path);
 // Writes `text` to `path` through a temporary file in its directory and a rename; the file is
 // created 0644. Returns "" on success, else the reason; nothing is left behind on failure.
 std::string replace_file(const std::string& path, std::string_view text);
+
+// The contents of `path` (at most `max_bytes`) if it is a regular file of this user's with one
+// link, reached as replace_file() reaches it; nullopt otherwise. For carrying a value over from
+// a file this tool wrote, never from one another user planted.
+std::optional<std::string> read_own_file(const std::string& path, std::size_t max_bytes);
 
 // Opens `path` for writing (`append`: at its end; otherwise truncated), creating it 0644, never
 // through a symlink and never anything but a regular file. nullptr with errno set on failure

@@ -132,22 +132,21 @@ std::string label_value(std::string_view value) {
 }
 
 // The value of `sample` (its name and labels, as written) in the Prometheus text at `path`, if
-// the file is a regular file that holds it (the last run's last success, kept across failures).
+// that file is one of this user's (read_own_file: never a file another user planted) and the
+// value is a plain number (the last run's last success, kept across failures).
 std::optional<std::string> previous_sample(const std::string& path, const std::string& sample) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
-  std::string text;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1 << 20)) {
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, n);
-  }
-  ::close(fd);
+  const std::optional<std::string> text = read_own_file(path, 1 << 20);
+  if (!text) return std::nullopt;
   const std::string prefix = sample + " ";
-  for (std::size_t at = 0; at < text.size();) {
-    const std::size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view line(text.data() + at, end - at);
-    if (line.starts_with(prefix)) return std::string(line.substr(prefix.size()));
+  for (std::size_t at = 0; at < text->size();) {
+    const std::size_t end = std::min(text->find('\n', at), text->size());
+    const std::string_view line(text->data() + at, end - at);
+    if (line.starts_with(prefix)) {
+      const std::string_view value = line.substr(prefix.size());
+      const bool number = !value.empty() && value.size() <= 32 &&
+                          value.find_first_not_of("0123456789.") == std::string_view::npos;
+      return number ? std::optional<std::string>(value) : std::nullopt;
+    }
     at = end + 1;
   }
   return std::nullopt;

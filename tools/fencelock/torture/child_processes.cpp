@@ -48,7 +48,11 @@ WorkerProcess::WorkerProcess(int id, std::vector<std::string> argv, const std::s
                              const std::vector<std::string>& env)
     : id_(id), argv_(std::move(argv)) {
   for (char** e = environ; *e != nullptr; ++e) {
-    if (!std::string_view(*e).starts_with("FENCELOCK_BACKEND=")) env_.emplace_back(*e);
+    const std::string_view entry(*e);
+    // The secrets pipe is this start's own: a variable of that name from the user is dropped.
+    if (!entry.starts_with("FENCELOCK_BACKEND=") &&
+        !entry.starts_with(std::string(kSecretsFdVariable) + "="))
+      env_.emplace_back(*e);
   }
   env_.push_back("FENCELOCK_BACKEND=" + backend);
   env_.insert(env_.end(), env.begin(), env.end());
@@ -114,11 +118,12 @@ void take_secrets_from_pipe() {
   const char* fd_text = std::getenv(kSecretsFdVariable);
   if (fd_text == nullptr) return;
   const int fd = std::atoi(fd_text);
-  ::unsetenv(kSecretsFdVariable);
+  ::unsetenv(kSecretsFdVariable);  // NOLINT(concurrency-mt-unsafe): before any thread
   if (fd != kSecretsFd) return;
   std::string all;
   char buffer[4096];
-  for (;;) {
+  constexpr std::size_t kMaxSecrets = 64 * 1024;  // a URI and a few passwords
+  while (all.size() < kMaxSecrets) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -129,6 +134,7 @@ void take_secrets_from_pipe() {
     const std::size_t end = all.find('\0', at);
     const std::string entry = all.substr(at, end - at);
     if (const auto eq = entry.find('='); eq != std::string::npos && is_secret_variable(entry))
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): main() calls this before any thread starts
       ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
     if (end == std::string::npos) break;
     at = end + 1;

@@ -26,6 +26,7 @@ namespace fencelock::torture {
 inline constexpr const char* kSecretsFdVariable = "FENCELOCK_SECRETS_FD";
 inline constexpr int kSecretsFd = 9;
 bool is_secret_variable(std::string_view entry);  // "NAME=VALUE"
+// REQUIRES: no other thread runs (it sets environment variables).
 void take_secrets_from_pipe();
 
 class WorkerProcess {

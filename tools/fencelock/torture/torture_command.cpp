@@ -185,14 +185,10 @@ int torture_command(const TortureArgs& args) {
   BackendChoice backend = choose_backend(args.backend, args.json);
   std::string dir = args.work_dir;
   if (!dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    if (error) {
-      return reporter.fail(kExitUsage, "usage",
-                           fmt::format("--work-dir {}: {}", dir, error.message()));
-    }
-    // Its files are written only there, never through another user's link (private_files.h).
-    if (std::string why = cli::check_replaceable(dir + "/history.jsonl"); !why.empty())
+    // Created one component at a time, through no directory or link another user controls, and
+    // writable by this user only: its files are never written through a planted name
+    // (private_files.h).
+    if (std::string why = cli::make_trusted_directory(dir); !why.empty())
       return reporter.fail(kExitUsage, "usage", fmt::format("--work-dir {}: {}", dir, why));
   } else {
     char templ[] = "/tmp/fencelock-torture-XXXXXX";
