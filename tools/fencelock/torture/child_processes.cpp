@@ -122,7 +122,7 @@ void take_secrets_from_pipe() {
   if (fd != kSecretsFd) return;
   std::string all;
   char buffer[4096];
-  constexpr std::size_t kMaxSecrets = 64 * 1024;  // a URI and a few passwords
+  constexpr std::size_t kMaxSecrets = 65536;  // a URI and a few passwords
   while (all.size() < kMaxSecrets) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
