@@ -335,7 +335,8 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
         (release_failed[i] ? locked_after_failed_release : locked)++;
       if (!lease.ok()) {
         // "... the key may stay held until its TTL ends": its release failed too.
-        release_failed[i] = lease.status().message().find("may stay held") != std::string::npos;
+        release_failed[i] =
+            static_cast<char>(lease.status().message().find("may stay held") != std::string::npos);
         return false;
       }
       release_failed[i] = lease->release().ok() ? 0 : 1;
