@@ -265,11 +265,13 @@ nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mod
 // (docs/PROTOCOLS.md): the standby's token sequence is behind what was granted, and the tester
 // must say UNSAFE with repeated tokens. Synchronous: nothing committed is lost, SAFE.
 // A repeat needs more tokens drawn in the stall than a sequence logs ahead (32). Lease mode
-// draws a token per grant only (no longer per attempt), about 4 grants a second here: a 4 s
-// TTL makes the stall 16 s (with 2 s, about 32 grants: the CI run that saw none).
+// draws a token per grant only (no longer per attempt), 2 to 4 grants a second here: a 6 s TTL
+// makes the stall 24 s, about 48 grants at the slowest (with 2 s, about 32 grants: a CI run saw
+// none; with 4 s, a CI run on a busy machine drew 86 grants in all and none repeated). The
+// fault comes after 1 TTL and heals 2 TTL after the promotion: 56 s holds it with room.
 TEST(TortureCli, AFailoverToALaggingAsynchronousStandbyRepeatsTokensAndIsCaught) {
   PostgresPair pair(/*synchronous=*/false);
-  auto r = torture_failover(pair, "lease", 1, "4s", "40s");
+  auto r = torture_failover(pair, "lease", 1, "6s", "56s");
   EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("token_violations", 0), 0) << r.dump();
   EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << r.dump();

@@ -423,7 +423,7 @@ class Orchestrator {
       // lacks the commits of the stall. A lost commit shows as a repeated token only when the
       // workers drew more tokens in the stall than a PostgreSQL sequence logs ahead (32): each
       // grant draws one (lease mode draws none for a refused attempt), so 4 TTL must hold more
-      // than 32 grants (a TTL of 4 s at a few grants a second). Once per run: the old primary
+      // than 32 grants (a TTL of 6 s at a few grants a second). Once per run: the old primary
       // stays down.
       const HostPort& primary = servers_.front();
       const bool failed_over = control_.run(
