@@ -572,14 +572,18 @@ TEST(PostgresSessionPool, AReleaseWaitingForItsSessionGetsItBeforeAnyTry) {
   auto busy = pool.checkout(SessionPool::Need::kAny, 0, Clock::now() + 10s);
   ASSERT_TRUE(busy.ok()) << busy.status().to_string();
   const std::shared_ptr<detail::postgres::Session> session = *busy;
-  std::atomic<bool> released{false};
+  std::atomic<bool> released{false}, tried{false};
   std::jthread releaser([&] {
     released = pool.checkout_this(session, Clock::now() + 10s).ok();
+    // Keeps the session until the try below has its own: a release that got it and gave it back
+    // first would leave it free for the try, rightly (a CI run saw that).
+    (void)eventually([&] { return tried.load(); });
     if (released) (void)pool.checkin(session, false);
   });
   ASSERT_TRUE(eventually([&] { return pool.releasers_waiting(session) == 1; }));
   (void)pool.checkin(session, false);
   auto next = pool.checkout(SessionPool::Need::kAny, 0, Clock::now() + 10s);
+  tried = true;
   ASSERT_TRUE(next.ok()) << next.status().to_string();
   EXPECT_NE(next->get(), session.get()) << "a try took the session a release was waiting for";
   releaser.join();

@@ -428,13 +428,23 @@ TEST_F(RedlockFaults, WaitersAreGrantedInArrivalOrderAndAGiveUpLeavesTheLine) {
   clients.reserve(static_cast<std::size_t>(kWaiters) + 1);
   for (int i = 0; i < kWaiters + 1; ++i)
     clients.push_back(connect_or_throw(cluster_->redlock_uri()));
-  auto queued = [&] {
-    return std::stoi((*cluster_)[0].command({"ZCARD", detail::redis::queue_key("fifo")}));
+  auto queued_at = [&](int instance) {
+    return std::stoi((*cluster_)[instance].command({"ZCARD", detail::redis::queue_key("fifo")}));
+  };
+  auto queued = [&] { return queued_at(0); };
+  // Every instance has the waiter in line before the next one starts: one instance alone was
+  // not enough (a waiter's request to another instance could still be on its way, and the next
+  // waiter lined up before it there: granted 1, 0, 2, 3 in a CI run).
+  auto queued_everywhere = [&](int n) {
+    for (int i = 0; i < cluster_->size(); ++i) {
+      if (queued_at(i) != n) return false;
+    }
+    return true;
   };
   auto wait_for_queue = [&](int n) {
     auto until = Clock::now() + 10s;
-    while (queued() != n && Clock::now() < until) std::this_thread::sleep_for(2ms);
-    return queued() == n;
+    while (!queued_everywhere(n) && Clock::now() < until) std::this_thread::sleep_for(2ms);
+    return queued_everywhere(n);
   };
   fencelock::detail::Mutex mu;
   std::vector<int> order;
