@@ -54,7 +54,7 @@ struct ServerCount {
 // script call per batch. Requests, not the commands the scripts run inside.
 ServerCount redis_requests(const std::string& uri) {
   ServerCount out;
-  std::vector<detail::redis::ContextPtr> connections;
+  std::vector<HiredisContext> connections;
   try {
     connections = redis_connections(uri, {});
   } catch (const std::runtime_error&) {

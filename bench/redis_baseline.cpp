@@ -23,23 +23,55 @@ std::vector<std::string> endpoints_of(const std::string& uri) {
   return out;
 }
 
-std::vector<detail::redis::ContextPtr> redis_connections(
-    const std::string& uri, const std::vector<std::string_view>& scripts) {
+namespace {
+
+// One setup command on a blocking hiredis context; throws with `what` on failure.
+void setup(redisContext* c, const std::vector<std::string>& args, const std::string& what) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lengths;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lengths.data()));
+  const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
+  std::string why = reply == nullptr ? std::string(c->errstr)
+                    : ok             ? std::string()
+                                     : std::string(reply->str, reply->len);
+  if (reply != nullptr) freeReplyObject(reply);
+  if (!ok) throw std::runtime_error(fmt::format("baseline cannot {}: {}", what, why));
+}
+
+}  // namespace
+
+std::vector<HiredisContext> redis_connections(const std::string& uri,
+                                              const std::vector<std::string_view>& scripts) {
   auto parsed = detail::parse_uri(uri, 6379);
   if (!parsed.ok()) throw std::runtime_error(parsed.status().to_string());
   // The credentials and database the library would use (the one reading of the URI).
   auto specs = detail::redis::connect_specs(*parsed, std::chrono::seconds(2));
   if (!specs.ok()) throw std::runtime_error(specs.status().to_string());
-  std::vector<detail::redis::ContextPtr> out;
-  for (auto& spec : *specs) {
-    spec.scripts = scripts;
-    auto c = detail::redis::open_context(spec, detail::Clock::now() + std::chrono::seconds(2));
-    if (!c.ok()) {
-      throw std::runtime_error(fmt::format("baseline cannot connect to {}:{}: {}",
-                                           spec.endpoint.host, spec.endpoint.port,
-                                           c.status().message()));
+  std::vector<HiredisContext> out;
+  for (const auto& spec : *specs) {
+    const std::string where = detail::endpoint_text(spec.endpoint);
+    HiredisContext c(
+        redisConnectWithTimeout(spec.endpoint.host.c_str(), spec.endpoint.port, timeval{2, 0}));
+    if (!c || c->err != 0) {
+      throw std::runtime_error(
+          fmt::format("baseline cannot connect to {}: {}", where, c ? c->errstr : "out of memory"));
     }
-    out.push_back(std::move(*c));
+    if (spec.has_password) {
+      std::vector<std::string> auth = {"AUTH"};
+      if (!spec.user.empty()) auth.push_back(spec.user);
+      auth.push_back(spec.password);
+      setup(c.get(), auth, "log in to " + where);
+    }
+    if (spec.db != 0) setup(c.get(), {"SELECT", std::to_string(spec.db)}, "select on " + where);
+    for (std::string_view script : scripts) {
+      setup(c.get(), {"SCRIPT", "LOAD", std::string(script)}, "load a script on " + where);
+    }
+    out.push_back(std::move(c));
   }
   return out;
 }

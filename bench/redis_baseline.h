@@ -39,9 +39,15 @@ class RedisBaseline {
 // options are dropped).
 std::vector<std::string> endpoints_of(const std::string& uri);
 
-// A connection to every instance of a redis:// or redlock:// URI with its credentials and
-// database, `scripts` loaded. Throws std::runtime_error as RedisBaseline does.
-std::vector<detail::redis::ContextPtr> redis_connections(
-    const std::string& uri, const std::vector<std::string_view>& scripts);
+// A blocking hiredis context (the baseline is a bare hiredis loop, not fencelock's I/O).
+struct HiredisContextDeleter {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using HiredisContext = std::unique_ptr<redisContext, HiredisContextDeleter>;
+
+// A blocking hiredis connection to every instance of a redis:// or redlock:// URI with its
+// credentials and database, `scripts` loaded. Throws std::runtime_error as RedisBaseline does.
+std::vector<HiredisContext> redis_connections(const std::string& uri,
+                                              const std::vector<std::string_view>& scripts);
 
 }  // namespace fencelock::bench

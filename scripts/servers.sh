@@ -16,8 +16,10 @@
 #                               FENCELOCK_REDIS_POLICY the server evicts; torture evict)
 #   scripts/servers.sh failover PORT [LAG]  PostgreSQL with a standby only: stall replication
 #                               (SIGSTOP the primary's WAL senders) for LAG seconds (default 2)
-#                               while the primary keeps committing, crash the primary on PORT
-#                               (SIGKILL of the postmaster and its children) and promote the
+#                               while the primary keeps committing (and, with
+#                               FENCELOCK_PG_FAILOVER_MIN_DRAWS=N, until N fencing tokens were
+#                               drawn in the stall, at most 4 x LAG more), crash the primary
+#                               on PORT (SIGKILL of the postmaster and its children), promote the
 #                               standby; the old primary stays down for good (stop, and remove
 #                               the state directory, for a fresh pair) (torture failover)
 #   scripts/servers.sh admin-delete KIND KEY  take lock KEY away behind its holder's back, as an
@@ -300,6 +302,13 @@ postgres_standby_start() {
 }
 
 # Crashes the primary after LAG seconds of stalled replication and promotes the standby.
+# The fencing tokens drawn so far from both of fencelock's sequences (0 before any draw).
+postgres_tokens_drawn() {
+  psql -X -w -q -At -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$PG_DATABASE" -c \
+    "SELECT coalesce(sum(last_value), 0) FROM pg_sequences
+     WHERE sequencename IN ('fencelock_tokens', 'fencelock_advisory_tokens')" 2>/dev/null || echo 0
+}
+
 postgres_failover() {
   local port=$1 lag=${2:-2} senders pid postmaster
   [[ $port == "$PG_PORT" ]] || die "failover: port $port is not the primary's ($PG_PORT)"
@@ -308,8 +317,20 @@ postgres_failover() {
   postgres_standby_ours || die "failover: the standby on port $PG_STANDBY_PORT is not running"
   senders=$(postgres_superuser_sql -c "SELECT pid FROM pg_stat_replication")
   [[ -n $senders ]] || die "failover: the primary has no WAL sender"
+  local drawn_before
+  drawn_before=$(postgres_tokens_drawn)
   for pid in $senders; do kill -STOP "$pid"; done
   sleep "$lag"
+  # FENCELOCK_PG_FAILOVER_MIN_DRAWS=N: the stall goes on until N fencing tokens were drawn in
+  # it (at most 4 x LAG more: torture waits 60 s for this program), so that an asynchronous
+  # standby surely lacks more of them than a sequence logs ahead (32): a count of grants, not a
+  # time that a slow machine fills with fewer.
+  local min_draws=${FENCELOCK_PG_FAILOVER_MIN_DRAWS:-0} waited=0
+  while (($(postgres_tokens_drawn) - drawn_before < min_draws)) &&
+    ((waited < ${lag%.*} * 40)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
   postmaster=$(postgres_pid)
   kill -KILL "$postmaster"
   pkill -KILL -P "$postmaster" || true

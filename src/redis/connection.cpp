@@ -13,35 +13,166 @@
 #include "core/errno_text.h"
 #include "core/log_internal.h"
 #include "core/mutex.h"
+#include "core/saturate.h"
 
 namespace fencelock::detail::redis {
 namespace {
 
-timeval to_timeval(milliseconds d) {
-  d = std::max(d, milliseconds(1));
-  return timeval{static_cast<time_t>(d.count() / 1000),
-                 static_cast<suseconds_t>((d.count() % 1000) * 1000)};
+// AUTH (when a password is set), SELECT (db != 0), PING and SCRIPT LOAD of spec.scripts: what a
+// new connection sends before any command, each to be answered without an error.
+std::vector<std::string> setup_commands(const ConnectSpec& spec) {
+  std::vector<std::string> setup;
+  if (spec.has_password) {
+    std::vector<std::string> auth = {"AUTH"};
+    if (!spec.user.empty()) auth.push_back(spec.user);
+    auth.push_back(spec.password);
+    setup.push_back(format_command(auth));
+  }
+  if (spec.db != 0) setup.push_back(format_command({"SELECT", std::to_string(spec.db)}));
+  setup.push_back(format_command({"PING"}));
+  for (std::string_view script : spec.scripts) {
+    setup.push_back(format_command({"SCRIPT", "LOAD", std::string(script)}));
+  }
+  return setup;
 }
 
-// Runs one command synchronously on a fresh context (connection setup only).
-Status setup_command(redisContext* c, const std::vector<std::string>& args,
-                     std::string_view where) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
+// One connection's part of a poll loop (drive, below). A new connection first sends its setup
+// commands, and only once every one of them succeeded the call's commands (a failed SELECT must
+// not let them run in database 0); a connection from the pool sends the call's commands at once.
+class Exchange {
+ public:
+  enum class Phase { kOpening, kCommands, kDone, kFailed };
+
+  // `setup` empty: `connection` is open and set up. `commands` and `replies` may be null (an
+  // open without a call).
+  Exchange(ConnectionPtr opened_or_opening, std::vector<std::string> setup,
+           const std::vector<const std::string*>* commands, std::vector<Reply>* replies)
+      : connection(std::move(opened_or_opening)),
+        setup_(std::move(setup)),
+        commands_(commands),
+        replies_(replies) {
+    if (setup_.empty()) {
+      send_commands();
+    } else {
+      phase = Phase::kOpening;
+      for (const std::string& command : setup_) connection->queue(command);
+    }
   }
-  Reply reply(static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), argv.data(), lens.data())));
-  if (!reply) {
-    return Status(Code::kUnavailable,
-                  fmt::format("{}: {}", where, c->errstr[0] ? c->errstr : "no reply"));
+
+  bool active() const { return phase == Phase::kOpening || phase == Phase::kCommands; }
+
+  // What poll() reported for the connection.
+  void on_events(short revents) {
+    progress = Clock::now();
+    if ((revents & (POLLOUT | POLLERR | POLLHUP)) != 0 && connection->wants_write()) {
+      if (Status st = connection->on_writable(); !st.ok()) return fail(std::move(st));
+    }
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) != 0 && !connection->connecting()) {
+      // Replies that came before a close are still taken.
+      const Status read = connection->on_readable();
+      take_replies();
+      if (!read.ok() && active()) fail(read);
+    }
   }
-  if (reply->type == REDIS_REPLY_ERROR) {
-    return status_from_error_reply(std::string_view(reply->str, reply->len), where);
+
+  void fail(Status why) {
+    if (!active()) return;
+    error = std::move(why);
+    failed_opening = phase == Phase::kOpening;
+    phase = Phase::kFailed;
   }
-  return Status::Ok();
+
+  ConnectionPtr connection;
+  Phase phase = Phase::kCommands;
+  Status error;                               // set when phase is kFailed
+  bool failed_opening = false;                // it failed before its setup was done
+  bool opened = false;                        // a new connection whose setup succeeded here
+  Clock::time_point progress = Clock::now();  // when the connection was last heard from
+
+ private:
+  void send_commands() {
+    phase = Phase::kCommands;
+    const std::size_t count = commands_ ? commands_->size() : 0;
+    if (count == 0) {
+      phase = Phase::kDone;
+      return;
+    }
+    for (const std::string* command : *commands_) connection->queue(*command);
+    // Write at once: the socket usually takes it all, and the next poll then waits for replies.
+    if (Status st = connection->on_writable(); !st.ok()) fail(std::move(st));
+  }
+
+  void take_replies() {
+    while (active()) {
+      auto reply = connection->next_reply();
+      if (!reply.ok()) return fail(reply.status());
+      if (!*reply) return;
+      if (phase == Phase::kOpening) {
+        const redisReply* r = reply->get();
+        if (r->type == REDIS_REPLY_ERROR) {
+          return fail(
+              status_from_error_reply(std::string_view(r->str, r->len), connection->address()));
+        }
+        if (++setup_answered_ == setup_.size()) {
+          opened = true;
+          send_commands();
+        }
+        continue;
+      }
+      replies_->push_back(std::move(*reply));
+      if (replies_->size() == commands_->size()) phase = Phase::kDone;
+    }
+  }
+
+  std::vector<std::string> setup_;
+  std::size_t setup_answered_ = 0;
+  const std::vector<const std::string*>* commands_;
+  std::vector<Reply>* replies_;
+};
+
+// Drives every active exchange from one poll() loop until none is left active. due(i) is when
+// exchange i must be done (asked again before each wait and after each event, so it may change);
+// one still active then fails with kDeadlineExceeded, after what had arrived was read.
+template <typename Due>
+void drive(std::vector<Exchange>& exchanges, Due&& due) {
+  std::vector<pollfd> fds;
+  std::vector<std::size_t> owners;
+  while (true) {
+    fds.clear();
+    owners.clear();
+    Clock::time_point first_due = Clock::time_point::max();
+    for (std::size_t i = 0; i < exchanges.size(); ++i) {
+      if (!exchanges[i].active()) continue;
+      fds.push_back(
+          pollfd{exchanges[i].connection->fd(), exchanges[i].connection->poll_events(), 0});
+      owners.push_back(i);
+      first_due = std::min(first_due, due(i));
+    }
+    if (fds.empty()) return;
+    const auto left =
+        std::max(std::chrono::ceil<milliseconds>(first_due - Clock::now()), milliseconds(0));
+    const int wait = static_cast<int>(std::min<milliseconds::rep>(left.count(), 1 << 30));
+    const int ready = ::poll(fds.data(), fds.size(), wait);
+    if (ready < 0 && errno != EINTR) {
+      for (std::size_t i : owners) {
+        exchanges[i].fail(Status(Code::kInternal, detail::errno_text(errno)));
+      }
+      return;
+    }
+    for (std::size_t k = 0; k < fds.size() && ready > 0; ++k) {
+      if (fds[k].revents != 0) exchanges[owners[k]].on_events(fds[k].revents);
+    }
+    const Clock::time_point now = Clock::now();
+    for (std::size_t i : owners) {
+      if (exchanges[i].active() && due(i) <= now) {
+        const bool opening = exchanges[i].phase == Exchange::Phase::kOpening;
+        exchanges[i].fail(
+            Status(Code::kDeadlineExceeded,
+                   fmt::format("Redis at {} did not {} in time", exchanges[i].connection->address(),
+                               opening ? "finish connecting" : "answer")));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -122,14 +253,13 @@ Status status_from_error_reply(std::string_view text, std::string_view where) {
   return Status(Code::kInternal, fmt::format("{}: unexpected error reply: {}", where, text));
 }
 
-Status check_eviction_policy(redisContext* context, std::string_view where, bool allow_eviction) {
-  Reply reply(static_cast<redisReply*>(redisCommand(context, "CONFIG GET maxmemory-policy")));
-  if (!reply) {
-    return Status(Code::kUnavailable,
-                  fmt::format("{}: {}", where, context->errstr[0] ? context->errstr : "no reply"));
-  }
-  if (reply->type == REDIS_REPLY_ERROR) {
-    const std::string_view text(reply->str, reply->len);
+Status check_eviction_policy(Connection& connection, bool allow_eviction,
+                             Clock::time_point deadline) {
+  const std::string& where = connection.address();
+  auto reply = run_command(connection, {"CONFIG", "GET", "maxmemory-policy"}, deadline);
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_ERROR) {
+    const std::string_view text((*reply)->str, (*reply)->len);
     detail::log(LogLevel::kWarning,
                 "could not check maxmemory-policy on Redis {} ({}): if it evicts keys without a "
                 "TTL, fencing counters can be evicted and tokens repeat; run it with "
@@ -137,11 +267,12 @@ Status check_eviction_policy(redisContext* context, std::string_view where, bool
                 where, text.substr(0, text.find(' ')));
     return Status::Ok();
   }
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-      reply->element[1]->type != REDIS_REPLY_STRING) {
+  const redisReply* r = reply->get();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[1]->type != REDIS_REPLY_STRING) {
     return Status::Ok();  // a server without the setting evicts nothing
   }
-  const std::string policy(reply->element[1]->str, reply->element[1]->len);
+  const std::string policy(r->element[1]->str, r->element[1]->len);
   if (policy.starts_with("allkeys-") && !allow_eviction) {
     return Status(Code::kInvalidArgument,
                   fmt::format("Redis {} runs with maxmemory-policy {}, which can evict fencing "
@@ -187,68 +318,85 @@ Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, millisecond
   return specs;
 }
 
-Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline) {
-  std::string where = endpoint_text(spec.endpoint);
-  auto budget =
-      std::min(spec.connect_timeout, std::chrono::ceil<milliseconds>(deadline - Clock::now()));
-  if (budget <= milliseconds(0)) {
-    return Status(Code::kDeadlineExceeded, fmt::format("{}: no time left to connect", where));
+Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline) {
+  deadline = std::min(deadline, deadline_after(Clock::now(), spec.connect_timeout));
+  if (deadline <= Clock::now()) {
+    return Status(Code::kDeadlineExceeded,
+                  fmt::format("{}: no time left to connect", endpoint_text(spec.endpoint)));
   }
-  ContextPtr c(
-      redisConnectWithTimeout(spec.endpoint.host.c_str(), spec.endpoint.port, to_timeval(budget)));
-  if (!c) return Status(Code::kInternal, "out of memory allocating a Redis context");
-  if (c->err) {
-    return Status(Code::kUnavailable,
-                  fmt::format("cannot connect to Redis at {}: {}", where, c->errstr));
-  }
-  redisSetTimeout(c.get(), to_timeval(budget));  // setup commands only; fan_out uses poll()
-  if (spec.has_password) {
-    std::vector<std::string> auth = {"AUTH"};
-    if (!spec.user.empty()) auth.push_back(spec.user);
-    auth.push_back(spec.password);
-    if (Status st = setup_command(c.get(), auth, where); !st.ok()) return st;
-  }
-  if (spec.db != 0) {
-    if (Status st = setup_command(c.get(), {"SELECT", std::to_string(spec.db)}, where); !st.ok())
-      return st;
-  }
-  if (Status st = setup_command(c.get(), {"PING"}, where); !st.ok()) return st;
-  for (std::string_view script : spec.scripts) {
-    if (Status st = setup_command(c.get(), {"SCRIPT", "LOAD", std::string(script)}, where);
-        !st.ok()) {
-      return st;
-    }
-  }
-  return c;
+  auto started = Connection::start(spec.endpoint);
+  if (!started.ok()) return started.status();
+  std::vector<Exchange> one;
+  one.emplace_back(std::move(*started), setup_commands(spec), nullptr, nullptr);
+  drive(one, [&](std::size_t) { return deadline; });
+  if (!one[0].error.ok()) return one[0].error;
+  return std::move(one[0].connection);
 }
 
-Result<ContextPtr> Instance::checkout(Clock::time_point deadline) {
-  {
-    MutexLock lock(mu_);
-    if (!idle_.empty()) {
-      ContextPtr c = std::move(idle_.back());
-      idle_.pop_back();
-      return c;
+Result<Reply> run_command(Connection& connection, const std::vector<std::string>& args,
+                          Clock::time_point deadline) {
+  const std::string command = format_command(args);
+  const std::vector<const std::string*> commands = {&command};
+  std::vector<Reply> replies;
+  std::vector<Exchange> one;
+  // The exchange borrows the connection: it is handed back below whatever happened.
+  one.emplace_back(ConnectionPtr(&connection), std::vector<std::string>{}, &commands, &replies);
+  drive(one, [&](std::size_t) { return deadline; });
+  (void)one[0].connection.release();
+  if (!one[0].error.ok()) return one[0].error;
+  return std::move(replies.front());
+}
+
+Status flush(Connection& connection, Clock::time_point deadline) {
+  while (connection.wants_write()) {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    if (left <= milliseconds(0)) {
+      return Status(
+          Code::kDeadlineExceeded,
+          fmt::format("Redis at {} did not take the command in time", connection.address()));
     }
-    if (Status refused = backoff_.refusal(Clock::now()); !refused.ok()) return refused;
+    pollfd fd{connection.fd(), POLLOUT, 0};
+    if (::poll(&fd, 1, static_cast<int>(left.count())) > 0) {
+      if (Status st = connection.on_writable(); !st.ok()) return st;
+    }
   }
-  auto opened = open_context(spec_, deadline);
-  MutexLock lock(mu_);
+  return Status::Ok();
+}
+
+Result<ConnectionPtr> Instance::checkout(Clock::time_point deadline) {
+  if (auto idle = checkout_idle()) return std::move(*idle);
+  if (Status refused = may_connect(); !refused.ok()) return refused;
+  auto opened = open_connection(spec_, deadline);
   if (opened.ok()) {
-    backoff_.connected();
-    reconnects_.connected();
-    return opened;
+    this->opened();
+  } else {
+    open_failed(opened.status());
   }
-  if (backoff_.failed(opened.status(), Clock::now())) reconnects_.failed();
   return opened;
 }
 
-std::optional<ContextPtr> Instance::checkout_idle() {
+std::optional<ConnectionPtr> Instance::checkout_idle() {
   MutexLock lock(mu_);
   if (idle_.empty()) return std::nullopt;
-  ContextPtr c = std::move(idle_.back());
+  ConnectionPtr c = std::move(idle_.back());
   idle_.pop_back();
   return c;
+}
+
+Status Instance::may_connect() {
+  MutexLock lock(mu_);
+  return backoff_.refusal(Clock::now());
+}
+
+void Instance::opened() {
+  MutexLock lock(mu_);
+  backoff_.connected();
+  reconnects_.connected();
+}
+
+void Instance::open_failed(const Status& why) {
+  MutexLock lock(mu_);
+  if (backoff_.failed(why, Clock::now())) reconnects_.failed();
 }
 
 void Instance::connect_in_background() {
@@ -257,7 +405,7 @@ void Instance::connect_in_background() {
   connecting_ = true;
   if (connector_.joinable()) connector_.join();  // the previous one has finished
   connector_ = std::jthread([this] {
-    auto opened = open_context(spec_, Clock::now() + spec_.connect_timeout);
+    auto opened = open_connection(spec_, Clock::now() + spec_.connect_timeout);
     MutexLock done(mu_);
     connecting_ = false;
     if (opened.ok()) {
@@ -270,10 +418,10 @@ void Instance::connect_in_background() {
   });
 }
 
-void Instance::checkin(ContextPtr context) {
+void Instance::checkin(ConnectionPtr connection) {
   constexpr std::size_t kMaxIdle = 32;
   MutexLock lock(mu_);
-  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(context));
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(connection));
 }
 
 void Instance::note_failure() {
@@ -291,19 +439,6 @@ void Instance::drop_idle() {
 
 namespace {
 
-// Closes a connection whose replies the caller gave up on with a reset (SO_LINGER 0): the
-// kernel drops what it had not sent yet and stops retransmitting, so no command of it reaches
-// the server after a partition heals. What the server already received may still run (the
-// tombstones of release.lua cover that).
-void abort_connection(ContextPtr context) {
-  if (!context) return;
-  if (context->fd >= 0) {
-    const linger abort{1, 0};
-    (void)::setsockopt(context->fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
-  }
-  context.reset();
-}
-
 bool is_noscript(const Reply& reply) {
   return reply && reply->type == REDIS_REPLY_ERROR && reply->str != nullptr &&
          std::string_view(reply->str, reply->len).starts_with("NOSCRIPT");
@@ -313,13 +448,11 @@ bool is_noscript(const Reply& reply) {
 void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
                   const PipelineLimits& limits) {
   const bool stalls = limits.stall > Clock::duration::zero();
-  std::vector<ContextPtr> contexts(calls.size());
-  // When each instance last made progress: reading began, or a reply came.
-  std::vector<Clock::time_point> progress(calls.size());
-  // 1. Write every command to every instance before reading anything. An instance without an
-  // idle connection is connected in the background when the others are enough without it (a
-  // connect to a stopped server must not hold up the round), else here, one after the other.
-  std::vector<std::optional<ContextPtr>> idle(calls.size());
+  const Clock::time_point started = Clock::now();
+  // 1. Queue every command for every instance on an idle connection, or on a new one that this
+  // loop opens. An instance without an idle connection is connected in the background when the
+  // others are enough without it (its connect must not hold up the round).
+  std::vector<std::optional<ConnectionPtr>> idle(calls.size());
   std::size_t have_idle = 0;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].commands.empty()) continue;  // nothing for this instance
@@ -328,46 +461,41 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   }
   const bool connect_later =
       limits.enough > 0 && limits.enough < calls.size() && have_idle >= limits.enough;
+  std::vector<Exchange> exchanges;
+  std::vector<std::size_t> call_of;  // exchange -> call
+  exchanges.reserve(calls.size());
   for (std::size_t i = 0; i < calls.size(); ++i) {
     InstanceCall& call = calls[i];
     call.replies.clear();
     call.error = Status::Ok();
     call.sent = false;
     if (call.commands.empty()) continue;
-    if (!idle[i] && connect_later) {
+    if (idle[i]) {
+      exchanges.emplace_back(std::move(*idle[i]), std::vector<std::string>{}, &call.commands,
+                             &call.replies);
+    } else if (connect_later) {
       call.instance->connect_in_background();
       call.error = Status(Code::kUnavailable,
                           fmt::format("Redis at {}: reconnecting", call.instance->address()));
       continue;
+    } else {
+      if (Status refused = call.instance->may_connect(); !refused.ok()) {
+        call.error = std::move(refused);
+        continue;
+      }
+      auto connection = Connection::start(call.instance->spec().endpoint);
+      if (!connection.ok()) {
+        call.instance->open_failed(connection.status());
+        call.error = connection.status();
+        continue;
+      }
+      exchanges.emplace_back(std::move(*connection), setup_commands(call.instance->spec()),
+                             &call.commands, &call.replies);
     }
-    auto checked_out =
-        idle[i] ? Result<ContextPtr>(std::move(*idle[i]))
-                : call.instance->checkout(stalls ? std::min(deadline, Clock::now() + limits.stall)
-                                                 : deadline);
-    if (!checked_out.ok()) {
-      call.error = checked_out.status();
-      continue;
-    }
-    redisContext* c = checked_out->get();
-    for (const std::string* cmd : call.commands)
-      redisAppendFormattedCommand(c, cmd->data(), cmd->size());
     call.sent = true;  // from here on, some of it may reach the server
-    int done = 0;
-    while (!done) {
-      if (redisBufferWrite(c, &done) == REDIS_ERR) break;
-    }
-    if (!done) {
-      call.error = Status(Code::kUnavailable, fmt::format("lost connection to Redis at {}: {}",
-                                                          call.instance->address(), c->errstr));
-      call.instance->note_failure();
-      continue;
-    }
-    contexts[i] = std::move(*checked_out);
+    call_of.push_back(i);
   }
-  // Stall clocks start together, once every instance has its commands (writes and connects to
-  // the others took their time).
-  const Clock::time_point started = Clock::now();
-  std::fill(progress.begin(), progress.end(), started);
+  // 2. Drive every connection until each has answered or is out of time.
   auto answered = [&](std::size_t i) {
     return calls[i].error.ok() && calls[i].replies.size() == calls[i].commands.size();
   };
@@ -380,76 +508,39 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   };
   // When limits.enough instances had first answered everything.
   std::optional<Clock::time_point> enough_at;
-  auto note_enough = [&] {
+  auto due = [&](std::size_t e) {
     if (!enough_at && enough_answered()) enough_at = Clock::now();
-  };
-  auto deadline_of = [&](std::size_t i) {
-    Clock::time_point due = stalls ? std::min(deadline, progress[i] + limits.stall) : deadline;
-    if (!enough_at) return due;
-    due = std::min(due, limits.enough_by);
+    const Exchange& exchange = exchanges[e];
+    Clock::time_point at = stalls ? std::min(deadline, exchange.progress + limits.stall) : deadline;
+    if (exchange.phase == Exchange::Phase::kOpening) {
+      at =
+          std::min(at, deadline_after(started, calls[call_of[e]].instance->spec().connect_timeout));
+    }
+    if (!enough_at) return at;
+    at = std::min(at, limits.enough_by);
     if (limits.grace != Clock::duration::max()) {
-      due = std::min(due, *enough_at + std::max(limits.grace, *enough_at - started));
+      at = std::min(at, *enough_at + std::max(limits.grace, *enough_at - started));
     }
-    return due;
+    return at;
   };
-  // 2. Collect replies from whichever instance has data, under one deadline.
-  auto drain = [&](std::size_t i) {
-    while (calls[i].replies.size() < calls[i].commands.size()) {
-      void* raw = nullptr;
-      if (redisGetReplyFromReader(contexts[i].get(), &raw) == REDIS_ERR) return false;
-      if (raw == nullptr) return true;
-      calls[i].replies.emplace_back(static_cast<redisReply*>(raw));
+  drive(exchanges, due);
+  // 3. Outcomes: a connection that answered everything goes back to the pool; any other is
+  // closed with a reset (a half-read connection can never be reused).
+  for (std::size_t e = 0; e < exchanges.size(); ++e) {
+    Exchange& exchange = exchanges[e];
+    InstanceCall& call = calls[call_of[e]];
+    if (exchange.opened) call.instance->opened();
+    if (exchange.phase == Exchange::Phase::kDone) {
+      call.instance->checkin(std::move(exchange.connection));
+      continue;
     }
-    return true;
-  };
-  auto fail = [&](std::size_t i, Status st) {
-    calls[i].error = std::move(st);
-    abort_connection(std::move(contexts[i]));  // a half-read connection can never be reused
-  };
-  std::vector<pollfd> fds;
-  std::vector<std::size_t> owners;
-  while (true) {
-    fds.clear();
-    owners.clear();
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      if (contexts[i] && calls[i].replies.size() < calls[i].commands.size()) {
-        fds.push_back(pollfd{contexts[i]->fd, POLLIN, 0});
-        owners.push_back(i);
-      }
+    call.error = exchange.error;
+    exchange.connection->abort();
+    if (exchange.failed_opening) {
+      call.instance->open_failed(exchange.error);
+    } else if (exchange.error.code() != Code::kDeadlineExceeded) {
+      call.instance->note_failure();  // the server probably went away
     }
-    if (fds.empty()) break;
-    Clock::time_point first_due = Clock::time_point::max();
-    note_enough();
-    for (std::size_t i : owners) first_due = std::min(first_due, deadline_of(i));
-    auto left =
-        std::max(std::chrono::ceil<milliseconds>(first_due - Clock::now()), milliseconds(0));
-    int ready = poll(fds.data(), fds.size(), static_cast<int>(left.count()));
-    if (ready < 0 && errno != EINTR) {
-      for (std::size_t i : owners) fail(i, Status(Code::kInternal, detail::errno_text(errno)));
-      break;
-    }
-    for (std::size_t k = 0; k < fds.size() && ready > 0; ++k) {
-      if (fds[k].revents == 0) continue;
-      std::size_t i = owners[k];
-      progress[i] = Clock::now();
-      if (redisBufferRead(contexts[i].get()) == REDIS_ERR || !drain(i)) {
-        fail(i, Status(Code::kUnavailable,
-                       fmt::format("lost connection to Redis at {}: {}",
-                                   calls[i].instance->address(), contexts[i]->errstr)));
-        calls[i].instance->note_failure();
-      }
-    }
-    // Whoever is still due and out of time fails, after what had arrived was read.
-    note_enough();
-    for (std::size_t i : owners) {
-      if (contexts[i] && !answered(i) && deadline_of(i) <= Clock::now()) {
-        fail(i, Status(Code::kDeadlineExceeded, fmt::format("Redis at {} did not answer in time",
-                                                            calls[i].instance->address())));
-      }
-    }
-  }
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    if (contexts[i]) calls[i].instance->checkin(std::move(contexts[i]));
   }
 }
 

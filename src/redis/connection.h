@@ -1,16 +1,17 @@
-// Redis connections for the Redis and Redlock backends (hiredis 0.14, synchronous contexts).
+// Redis connections for the Redis and Redlock backends: fencelock's own non-blocking sockets
+// (socket.h) with hiredis's RESP reader and formatter.
 //
 // Concurrency mechanism (one for the driver, chosen by measurement: see docs/BENCHMARKS.md):
-// blocking hiredis contexts, pooled per instance, and a fan-out that writes a call's commands to
-// every instance before reading any reply, then collects replies with poll() under one deadline.
-// Latency is the slowest instance's reply, never the sum. The pub/sub side (subscriber.h) is one
-// thread per instance.
+// connections pooled per instance, and a fan-out that queues a call's commands for every instance
+// and then drives every connection from one poll() loop under the call's deadline: writes, new
+// connections (connect, AUTH, SELECT, PING, SCRIPT LOAD) and replies of all instances progress
+// together, so a stopped or dripping instance delays none of the others and no call outlives its
+// deadline. Latency is the slowest needed instance's reply, never the sum. The pub/sub side
+// (subscriber.h) is one thread per instance.
 //
-// Thread-safety: Instance and fan_out are safe to use from many threads; a RedisConnection is
-// used by one thread at a time (checked out of its Instance's pool).
+// Thread-safety: Instance and fan_out are safe to use from many threads; a Connection is used by
+// one thread at a time (checked out of its Instance's pool).
 #pragma once
-
-#include <hiredis/hiredis.h>
 
 #include <chrono>
 #include <memory>
@@ -24,18 +25,10 @@
 #include "core/reconnects.h"
 #include "core/uri.h"
 #include "fencelock/options.h"
+#include "redis/resp_reader.h"
+#include "redis/socket.h"
 
 namespace fencelock::detail::redis {
-
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
-
-struct ContextDeleter {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
 
 // A RESP-encoded command, formatted once and sent to any number of instances.
 std::string format_command(const std::vector<std::string>& args);
@@ -57,18 +50,28 @@ struct ConnectSpec {
 // (the path: a whole number >= 0, else kInvalidArgument). Options (the query) are the caller's.
 Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, milliseconds connect_timeout);
 
-// Opens a blocking context, then AUTH (when a password is set), SELECT (db != 0), a PING and
-// SCRIPT LOAD of spec.scripts (so EVALSHA works after a server restart).
-// kUnavailable when the server cannot be reached, kUnauthenticated / kPermissionDenied when it
-// refuses the credentials.
-Result<ContextPtr> open_context(const ConnectSpec& spec, Clock::time_point deadline);
+// Opens a connection, then AUTH (when a password is set), SELECT (db != 0), a PING and SCRIPT
+// LOAD of spec.scripts (so EVALSHA works after a server restart), all within one deadline: the
+// earlier of `deadline` and spec.connect_timeout from now. kUnavailable when the server cannot be
+// reached, kDeadlineExceeded when it did not finish in time, kUnauthenticated /
+// kPermissionDenied when it refuses the credentials.
+Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline);
+
+// Sends one command on an open connection and waits for its reply until `deadline`. An error
+// reply is a reply (the caller reads it). On any other failure the connection is unusable.
+Result<Reply> run_command(Connection& connection, const std::vector<std::string>& args,
+                          Clock::time_point deadline);
+
+// Writes everything queued on `connection` until `deadline` (kDeadlineExceeded) or a failure.
+Status flush(Connection& connection, Clock::time_point deadline);
 
 // Fencing counters and fence records carry no TTL and must never be evicted: kInvalidArgument,
 // naming the policy, when the server's maxmemory-policy evicts keys without a TTL (allkeys-*),
 // unless `allow_eviction` (the URI option allow_eviction=true accepts the risk). When CONFIG GET
 // is refused (ACL, renamed command) the policy cannot be checked: a warning goes to the log sink
-// and the connection is accepted. kUnavailable when the server does not answer.
-Status check_eviction_policy(redisContext* context, std::string_view where, bool allow_eviction);
+// and the connection is accepted. kUnavailable when the server does not answer by `deadline`.
+Status check_eviction_policy(Connection& connection, bool allow_eviction,
+                             Clock::time_point deadline);
 
 // Maps a server error reply ("WRONGPASS ...", "NOPERM ...") to a Status.
 Status status_from_error_reply(std::string_view text, std::string_view where);
@@ -78,17 +81,23 @@ class Instance {
  public:
   explicit Instance(ConnectSpec spec) : spec_(std::move(spec)) {}
 
-  // An idle connection, or a new one. While the instance is in reconnect backoff this fails at
-  // once with the last error instead of trying again.
-  Result<ContextPtr> checkout(Clock::time_point deadline);
+  // An idle connection, or a new one (open_connection). While the instance is in reconnect
+  // backoff this fails at once with the last error instead of trying again.
+  Result<ConnectionPtr> checkout(Clock::time_point deadline);
   // An idle connection, if there is one (never connects).
-  std::optional<ContextPtr> checkout_idle();
+  std::optional<ConnectionPtr> checkout_idle();
+  // For a connection opened by the caller (fan_out opens them in its own loop): not OK while the
+  // instance is in reconnect backoff (the last error); else the caller reports the outcome with
+  // opened() or open_failed().
+  Status may_connect();
+  void opened();
+  void open_failed(const Status& why);
   // Opens a connection on a thread of its own (within connect_timeout) and puts it in the pool,
   // unless one is being opened already or the instance is in reconnect backoff: a fan-out that
   // has a majority without this instance does not wait for its connect.
   void connect_in_background();
   // Returns a healthy connection to the pool.
-  void checkin(ContextPtr context);
+  void checkin(ConnectionPtr connection);
   // Records that a connection broke: the next checkout reconnects, with backoff if it fails.
   void note_failure();
   // Drops the idle connections (without counting a failure): the next checkout opens a new one.
@@ -104,7 +113,7 @@ class Instance {
   ConnectSpec spec_;
   ReconnectCounter reconnects_;
   Mutex mu_;
-  std::vector<ContextPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
+  std::vector<ConnectionPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
   ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
   bool connecting_ FENCELOCK_GUARDED_BY(mu_) = false;  // a background connect is running
   // Last member: destroyed (joined) first, while everything it uses still exists.
@@ -140,11 +149,12 @@ struct PipelineLimits {
   Clock::duration grace = Clock::duration::max();
 };
 
-// Sends every call's commands to its instance, then waits for all replies until `deadline`
-// (and the limits). Replies that arrived before an instance failed stay in its `replies`. A
-// command answered NOSCRIPT (a flushed script cache: it did not run) is sent once more on a new
-// connection, which loads the scripts, within the same deadline; its new reply takes the
-// NOSCRIPT's place.
+// Sends every call's commands to its instance (an instance without an idle connection gets a
+// new one in the same loop), and waits for all replies until `deadline` (and the limits). Writes,
+// connects and reads of all instances progress together: none waits for another. Replies that
+// arrived before an instance failed stay in its `replies`. A command answered NOSCRIPT (a flushed
+// script cache: it did not run) is sent once more on a new connection, which loads the scripts,
+// within the same deadline; its new reply takes the NOSCRIPT's place.
 void fan_out(std::vector<InstanceCall>& calls, Clock::time_point deadline,
              const PipelineLimits& limits = {});
 

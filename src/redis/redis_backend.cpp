@@ -792,7 +792,7 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
           outcomes[i] = c.status();
           return;
         }
-        outcomes[i] = check_eviction_policy(c->get(), instances[i]->address(), allow_eviction);
+        outcomes[i] = check_eviction_policy(**c, allow_eviction, deadline);
         if (outcomes[i].ok()) instances[i]->checkin(std::move(*c));
       });
     }

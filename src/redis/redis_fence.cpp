@@ -21,35 +21,26 @@ struct RedisFence::Impl {
   redis::ConnectSpec spec;
   ClientOptions options;
   detail::Mutex mu;
-  redis::ContextPtr context FENCELOCK_GUARDED_BY(mu);  // null after a failure
+  redis::ConnectionPtr connection FENCELOCK_GUARDED_BY(mu);  // null after a failure
 
   // Runs one command; reconnects first when needed. kUnavailable on I/O failure.
   Result<redis::Reply> command(const std::vector<std::string>& args) {
     detail::MutexLock lock(mu);
     const auto deadline = detail::Clock::now() + options.connect_timeout + options.io_timeout;
-    if (!context) {
-      auto opened = redis::open_context(spec, deadline);
+    if (!connection) {
+      auto opened = redis::open_connection(spec, deadline);
       if (!opened.ok()) return opened.status();
-      context = std::move(*opened);
+      connection = std::move(*opened);
     }
-    const timeval io{static_cast<time_t>(options.io_timeout.count() / 1000),
-                     static_cast<suseconds_t>((options.io_timeout.count() % 1000) * 1000)};
-    redisSetTimeout(context.get(), io);
-    std::vector<const char*> argv;
-    std::vector<size_t> lengths;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lengths.push_back(a.size());
+    auto answered = redis::run_command(
+        *connection, args, std::min(deadline, detail::Clock::now() + options.io_timeout));
+    if (!answered.ok()) {
+      connection->abort();
+      connection.reset();
+      return Status(answered.status().code(),
+                    fmt::format("fence: {}", answered.status().message()));
     }
-    auto* raw = static_cast<redisReply*>(redisCommandArgv(
-        context.get(), static_cast<int>(argv.size()), argv.data(), lengths.data()));
-    if (raw == nullptr) {
-      std::string why = context->errstr;
-      context.reset();
-      return Status(Code::kUnavailable,
-                    fmt::format("redis {}: {}", redis::Instance(spec).address(), why));
-    }
-    redis::Reply reply(raw);
+    redis::Reply reply = std::move(*answered);
     if (reply->type == REDIS_REPLY_ERROR) {
       const std::string_view text(reply->str, reply->len);
       Status st = redis::status_from_error_reply(text, "fence");
@@ -93,17 +84,16 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
   for (const auto& [name, value] : parsed->query) {
     if (name == "allow_eviction") allow_eviction = value == "true";
   }
-  auto opened = redis::open_context(
-      impl->spec, detail::Clock::now() + options.connect_timeout + options.io_timeout);
+  const auto deadline = detail::Clock::now() + options.connect_timeout + options.io_timeout;
+  auto opened = redis::open_connection(impl->spec, deadline);
   if (!opened.ok()) return opened.status();
-  if (Status policy = redis::check_eviction_policy(
-          opened->get(), redis::Instance(impl->spec).address(), allow_eviction);
+  if (Status policy = redis::check_eviction_policy(**opened, allow_eviction, deadline);
       !policy.ok()) {
     return policy;
   }
   {
     detail::MutexLock lock(impl->mu);  // not shared yet; the lock is for the analysis
-    impl->context = std::move(*opened);
+    impl->connection = std::move(*opened);
   }
   return RedisFence(std::move(impl));
 }

@@ -91,11 +91,11 @@ void Subscriber::wake() {
 void Subscriber::run(std::stop_token stop) {
   milliseconds backoff(0);
   while (!stop.stop_requested()) {
-    auto opened = open_context(spec_, Clock::now() + spec_.connect_timeout);
+    auto opened = open_connection(spec_, Clock::now() + spec_.connect_timeout);
     if (opened.ok()) {
       backoff = milliseconds(0);
       hub_.on_connection(index_, true);
-      serve(stop, opened->get());
+      serve(stop, **opened);
       hub_.on_connection(index_, false);
       continue;
     }
@@ -106,10 +106,9 @@ void Subscriber::run(std::stop_token stop) {
   }
 }
 
-bool Subscriber::serve(std::stop_token stop, redisContext* c) {
-  std::string subscribe = format_command({"SUBSCRIBE", hub_.wake_channel()});
-  redisAppendFormattedCommand(c, subscribe.data(), subscribe.size());
-  if (!flush(c)) return false;
+bool Subscriber::serve(std::stop_token stop, Connection& c) {
+  c.queue(format_command({"SUBSCRIBE", hub_.wake_channel()}));
+  if (!flush(c, Clock::now() + kHeartbeatEvery).ok()) return false;
   // A connection that dies without closing (a partition, a stopped server, a NAT that forgot it)
   // would never be noticed by a reader that only waits: after kHeartbeatEvery without a byte
   // from the server, a PING (allowed while subscribed) must be answered within kHeartbeatEvery,
@@ -122,22 +121,22 @@ bool Subscriber::serve(std::stop_token stop, redisContext* c) {
     const Clock::time_point now = Clock::now();
     if (now >= due) {
       if (pinged) return false;  // silent since the PING: dead
-      redisAppendFormattedCommand(c, ping.data(), ping.size());
-      if (!flush(c)) return false;
+      c.queue(ping);
+      if (!flush(c, Clock::now() + kHeartbeatEvery).ok()) return false;
       pinged = true;
       continue;
     }
     const auto wait = std::chrono::ceil<milliseconds>(due - now);
-    pollfd fds[2] = {{c->fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{c.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (poll(fds, 2, static_cast<int>(wait.count())) < 0 || fds[0].revents == 0) continue;
-    if (redisBufferRead(c) == REDIS_ERR) return false;
+    if (!c.on_readable().ok()) return false;
     heard = Clock::now();
     pinged = false;
     while (true) {
-      void* raw = nullptr;
-      if (redisGetReplyFromReader(c, &raw) == REDIS_ERR) return false;
-      if (raw == nullptr) break;
-      Reply reply(static_cast<redisReply*>(raw));
+      auto next = c.next_reply();
+      if (!next.ok()) return false;
+      if (!*next) break;
+      Reply reply = std::move(*next);
       // {"subscribe", channel, count}, {"message", channel, payload}; {"pong", ""} and any
       // other shape only prove that the connection lives.
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) continue;
@@ -148,14 +147,6 @@ bool Subscriber::serve(std::stop_token stop, redisContext* c) {
         hub_.on_message(std::string(reply_text(reply->element[2])));
       }
     }
-  }
-  return true;
-}
-
-bool Subscriber::flush(redisContext* c) {
-  int done = 0;
-  while (!done) {
-    if (redisBufferWrite(c, &done) == REDIS_ERR) return false;
   }
   return true;
 }

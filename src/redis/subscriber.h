@@ -80,9 +80,7 @@ class Subscriber {
   // connection that never closes is noticed within 2 s.
   static constexpr milliseconds kHeartbeatEvery{1000};
 
-  bool serve(std::stop_token stop, redisContext* c);
-  // Writes what hiredis buffered (blocking). False when the connection broke.
-  static bool flush(redisContext* c);
+  bool serve(std::stop_token stop, Connection& c);
   void wake();
 
   const int index_;

@@ -66,6 +66,8 @@ struct Pair {
   bool http2 = false;         // client bytes are HTTP/2 frames; RST_STREAM ones are dropped
   std::string partial;        // HTTP/2: the client bytes of a frame not complete yet
   bool preface_seen = false;  // HTTP/2: the client's 24-byte connection preface went through
+  std::string replacement;    // what the server's next bytes are replaced by (replace_reply)
+  bool replace_next = false;
 };
 
 // HTTP/2 with prior knowledge (gRPC without TLS): the client's preface, then frames of a 9-byte
@@ -181,6 +183,11 @@ std::unique_ptr<DelayProxy> DelayProxy::start(std::uint16_t target_port) {
             p->changed_.notify_all();
             continue;
           }
+          if (!p->replace_marker_.empty() && bytes.find(p->replace_marker_) != std::string::npos) {
+            pair->replace_next = true;
+            pair->replacement = std::move(p->replacement_);
+            p->replace_marker_.clear();  // once
+          }
           const bool match = !p->marker_.empty() && bytes.find(p->marker_) != std::string::npos;
           Clock::time_point due = Clock::now();
           if (match) {
@@ -206,8 +213,15 @@ std::unique_ptr<DelayProxy> DelayProxy::start(std::uint16_t target_port) {
             pair->awaiting = 0;
             p->changed_.notify_all();
           }
-          if (pair->client >= 0 && !pair->client_done &&
-              !write_all(pair->client, std::string(buf, static_cast<std::size_t>(n)))) {
+          std::string reply(buf, static_cast<std::size_t>(n));
+          if (pair->replace_next) {
+            reply = std::move(pair->replacement);
+            pair->replace_next = false;
+            std::lock_guard<std::mutex> lock(p->mu_);
+            p->replaced_++;
+            p->changed_.notify_all();
+          }
+          if (pair->client >= 0 && !pair->client_done && !write_all(pair->client, reply)) {
             pair->client_done = true;
           }
         }
@@ -278,6 +292,22 @@ int DelayProxy::resets() const {
 void DelayProxy::drop_http2_resets() {
   std::lock_guard<std::mutex> lock(mu_);
   drop_resets_ = true;
+}
+
+void DelayProxy::replace_reply(std::string marker, std::string reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replace_marker_ = std::move(marker);
+  replacement_ = std::move(reply);
+}
+
+int DelayProxy::replaced() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return replaced_;
+}
+
+bool DelayProxy::wait_replaced(int n, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return replaced_ >= n; });
 }
 
 int DelayProxy::held() const {

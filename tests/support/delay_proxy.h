@@ -50,6 +50,15 @@ class DelayProxy {
   // How many connections reset_on() ended.
   int resets() const;
 
+  // From now on, the first client read that contains `marker` has the server's next bytes on
+  // its connection replaced by `reply` (once; an empty marker: none): a broken or hostile
+  // server's answer to that command.
+  void replace_reply(std::string marker, std::string reply);
+  // How many replies replace_reply() replaced.
+  int replaced() const;
+  // Waits until replaced() >= n, or `timeout` passed (false).
+  bool wait_replaced(int n, std::chrono::milliseconds timeout) const;
+
   // For connections accepted from now on: the client speaks HTTP/2 without TLS (gRPC), and
   // its RST_STREAM frames are dropped, so that a call the client gave up on (it sends one at
   // its deadline) still runs when its held request reaches the target late, as it does when
@@ -71,6 +80,9 @@ class DelayProxy {
   std::string reset_marker_;
   int resets_ = 0;
   bool drop_resets_ = false;
+  std::string replace_marker_;
+  std::string replacement_;
+  int replaced_ = 0;
   std::thread thread_;
 };
 

@@ -131,12 +131,14 @@ TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAStalledMinorityAndADelayedComman
 // directory and ports), which is also the control program of the failover fault.
 class PostgresPair {
  public:
-  explicit PostgresPair(bool synchronous)
+  // failover_min_draws: the failover's stall lasts until that many tokens were drawn in it.
+  explicit PostgresPair(bool synchronous, int failover_min_draws = 0)
       : dir_(make_temp_dir("fencelock-torture-failover-")),
         env_{"FENCELOCK_SERVICES=postgres", "FENCELOCK_STATE_DIR=" + dir_ + "/state",
              fmt::format("FENCELOCK_PG_PORT={}", free_loopback_port()),
              fmt::format("FENCELOCK_PG_STANDBY_PORT={}", free_loopback_port()),
-             std::string("FENCELOCK_PG_SYNC=") + (synchronous ? "1" : "0")} {
+             std::string("FENCELOCK_PG_SYNC=") + (synchronous ? "1" : "0"),
+             fmt::format("FENCELOCK_PG_FAILOVER_MIN_DRAWS={}", failover_min_draws)} {
     // As root the servers run as the OS user postgres, which must reach the state directory.
     std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
                                            std::filesystem::perms::group_exec |
@@ -260,18 +262,17 @@ nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mod
   return report.is_object() ? report : nlohmann::json::object();
 }
 
-// A failover to a standby that lagged (replication stalled for 4 TTL, then the primary crashed
-// and the standby was promoted). Asynchronous replication, which fencelock does not support
+// A failover to a standby that lagged (replication stalled, then the primary crashed and the
+// standby was promoted). Asynchronous replication, which fencelock does not support
 // (docs/PROTOCOLS.md): the standby's token sequence is behind what was granted, and the tester
 // must say UNSAFE with repeated tokens. Synchronous: nothing committed is lost, SAFE.
-// A repeat needs more tokens drawn in the stall than a sequence logs ahead (32). Lease mode
-// draws a token per grant only (no longer per attempt), 2 to 4 grants a second here: a 6 s TTL
-// makes the stall 24 s, about 48 grants at the slowest (with 2 s, about 32 grants: a CI run saw
-// none; with 4 s, a CI run on a busy machine drew 86 grants in all and none repeated). The
-// fault comes after 1 TTL and heals 2 TTL after the promotion: 56 s holds it with room.
+// A repeat needs more tokens drawn in the stall than a sequence logs ahead (32). The stall is
+// 4 TTL and then goes on until 48 tokens were drawn in it (FENCELOCK_PG_FAILOVER_MIN_DRAWS):
+// stalls of a fixed time drew too few on a busy machine (86 grants in a whole 40 s run, 83 in
+// 56 s, and none repeated). Lease mode draws a token per grant only.
 TEST(TortureCli, AFailoverToALaggingAsynchronousStandbyRepeatsTokensAndIsCaught) {
-  PostgresPair pair(/*synchronous=*/false);
-  auto r = torture_failover(pair, "lease", 1, "6s", "56s");
+  PostgresPair pair(/*synchronous=*/false, /*failover_min_draws=*/48);
+  auto r = torture_failover(pair, "lease", 1, "2s", "50s");
   EXPECT_EQ(r.value("verdict", ""), "UNSAFE") << r.dump();
   EXPECT_GT(r.value("token_violations", 0), 0) << r.dump();
   EXPECT_EQ(r["by_fault"]["failover"].value("effective", 0), 1) << r.dump();

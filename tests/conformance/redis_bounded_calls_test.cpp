@@ -1,0 +1,216 @@
+// Every Redis call is bounded by its deadline, whatever one instance does, and no instance's
+// behaviour delays another's part of the call (against real redis-server processes; the
+// misbehaving instance is a real server stopped with SIGSTOP, a proxy that replaces a reply, or
+// a listener that answers one byte at a time):
+// - a stopped instance whose socket no longer takes bytes holds up neither the writes to the
+//   others nor their replies;
+// - an instance that answers `*2147483647\r\n` (13 bytes announcing 2^31 - 1 elements) is
+//   refused at once, not answered with a 16 GiB reservation and a wait for elements;
+// - an instance that sends one byte every 100 ms forever neither stalls Client::connect nor
+//   keeps a Redlock acquisition or an inspection from the two healthy instances' answer.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fencelock/client.h"
+#include "redis/connection.h"
+#include "support/delay_proxy.h"
+#include "support/redis_server.h"
+
+namespace fencelock::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::Clock;
+using detail::redis::fan_out;
+using detail::redis::format_command;
+using detail::redis::Instance;
+using detail::redis::InstanceCall;
+
+detail::redis::ConnectSpec spec_for(std::uint16_t port, std::chrono::milliseconds connect_timeout) {
+  detail::redis::ConnectSpec spec;
+  spec.endpoint = detail::Endpoint{"127.0.0.1", port};
+  spec.connect_timeout = connect_timeout;
+  return spec;
+}
+
+// One PING through each instance, so that each has an idle, set-up connection in its pool.
+void warm_up(std::vector<Instance*> instances) {
+  const std::string ping = format_command({"PING"});
+  std::vector<InstanceCall> calls(instances.size());
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    calls[i].instance = instances[i];
+    calls[i].commands = {&ping};
+  }
+  fan_out(calls, Clock::now() + 10s);
+  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+}
+
+TEST(RedisBoundedCalls, AStoppedInstanceWhoseSocketIsFullHoldsUpNoOtherInstance) {
+  auto stopped = RedisServer::start();
+  auto b = RedisServer::start();
+  auto c = RedisServer::start();
+  // A long connect timeout: before, a write to a full socket waited for it (the socket's send
+  // timeout), and the instances after it got their commands only then.
+  Instance ia(spec_for(stopped->port(), 10s));
+  Instance ib(spec_for(b->port(), 10s));
+  Instance ic(spec_for(c->port(), 10s));
+  warm_up({&ia, &ib, &ic});
+  stopped->pause();
+  // 48 MiB of commands per instance: more than loopback's socket buffers at both ends take.
+  const std::string echo = format_command({"ECHO", std::string(std::size_t{1} << 20, 'e')});
+  std::vector<const std::string*> commands(48, &echo);
+  std::vector<InstanceCall> calls(3);
+  Instance* order[] = {&ia, &ib, &ic};  // the stopped one first, as in a URI
+  for (std::size_t i = 0; i < 3; ++i) {
+    calls[i].instance = order[i];
+    calls[i].commands = commands;
+  }
+  fan_out(calls, Clock::now() + 4s);
+  stopped->resume();
+  EXPECT_FALSE(calls[0].error.ok());
+  for (std::size_t i = 1; i < 3; ++i) {
+    EXPECT_TRUE(calls[i].error.ok()) << calls[i].error.to_string();
+    EXPECT_EQ(calls[i].replies.size(), commands.size());
+  }
+}
+
+TEST(RedisBoundedCalls, AReplyAnnouncingTwoToTheThirtyOneElementsIsRefusedAtOnce) {
+  auto server = RedisServer::start();
+  auto proxy = DelayProxy::start(server->port());
+  Instance hostile(spec_for(proxy->port(), 2s));
+  warm_up({&hostile});
+  proxy->replace_reply("hostile-marker", "*2147483647\r\n");
+  const std::string echo = format_command({"ECHO", "hostile-marker"});
+  std::vector<InstanceCall> calls(1);
+  calls[0].instance = &hostile;
+  calls[0].commands = {&echo};
+  // Before: hiredis reserved 16 GiB for the header and waited for elements until the deadline
+  // (kDeadlineExceeded), then spent seconds freeing them.
+  fan_out(calls, Clock::now() + 10s);
+  ASSERT_EQ(proxy->replaced(), 1);
+  ASSERT_FALSE(calls[0].error.ok());
+  EXPECT_EQ(calls[0].error.code(), Code::kUnavailable) << calls[0].error.to_string();
+  EXPECT_NE(calls[0].error.message().find("an array of 2147483647"), std::string::npos)
+      << calls[0].error.to_string();
+  // The instance serves the next call on a new connection.
+  const std::string ping = format_command({"PING"});
+  calls[0].commands = {&ping};
+  fan_out(calls, Clock::now() + 10s);
+  EXPECT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
+}
+
+// A server that accepts every connection, reads and drops what it is sent, and answers each
+// connection with "+" and then one byte every 100 ms, forever: a status reply that never ends.
+class DripServer {
+ public:
+  DripServer() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 64) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        ::pipe2(stop_, O_CLOEXEC) != 0) {
+      throw std::runtime_error("DripServer: cannot listen");
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~DripServer() {
+    (void)!::write(stop_[1], "s", 1);
+    thread_.join();
+    for (int fd : {listener_, stop_[0], stop_[1]}) ::close(fd);
+  }
+  std::uint16_t port() const { return port_; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void serve() {
+    std::vector<int> clients;
+    while (true) {
+      std::vector<pollfd> fds = {{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      for (int fd : clients) fds.push_back({fd, POLLIN, 0});
+      ::poll(fds.data(), fds.size(), 100);
+      if (fds[0].revents != 0) break;
+      if (fds[1].revents != 0) {
+        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          (void)!::send(fd, "+", 1, MSG_NOSIGNAL);
+          clients.push_back(fd);
+          connections_++;
+        }
+      }
+      char sink[4096];
+      for (std::size_t k = 2; k < fds.size(); ++k) {
+        if (fds[k].revents != 0) (void)!::recv(fds[k].fd, sink, sizeof sink, 0);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_drip_ >= 100ms) {
+        last_drip_ = now;
+        for (int fd : clients) (void)!::send(fd, "x", 1, MSG_NOSIGNAL);
+      }
+    }
+    for (int fd : clients) ::close(fd);
+  }
+
+  int listener_ = -1;
+  int stop_[2] = {-1, -1};
+  std::uint16_t port_ = 0;
+  std::atomic<int> connections_{0};
+  std::chrono::steady_clock::time_point last_drip_{};
+  std::thread thread_;
+};
+
+TEST(RedisBoundedCalls, ADrippingRedlockInstanceDelaysNeitherConnectNorAGrantNorAnInspection) {
+  auto b = RedisServer::start();
+  auto c = RedisServer::start();
+  DripServer drip;
+  const std::string uri = fmt::format("redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+                                      drip.port(), b->port(), c->port());
+  // Run on a thread so that a call that never returns fails the test instead of hanging it:
+  // before, each drip reset hiredis's per-read timeout and connect() never returned.
+  auto outcome = std::async(std::launch::async, [&]() -> std::string {
+    ClientOptions options;
+    options.connect_timeout = 1s;
+    auto client = Client::connect(uri, options);
+    if (!client.ok()) return "connect: " + client.status().to_string();
+    const LockKey key = *LockKey::make("dripping-instance");
+    AcquireOptions wait;
+    wait.wait = 2s;
+    auto lease = client->acquire(key, wait);
+    if (!lease.ok()) return "acquire: " + lease.status().to_string();
+    auto holder = client->inspect(key);
+    if (!holder.ok()) return "inspect: " + holder.status().to_string();
+    if (!holder->has_value()) return "inspect: the lock shows no holder";
+    if (Status released = lease->release(); !released.ok()) {
+      return "release: " + released.to_string();
+    }
+    return "";
+  });
+  // A hang detector only: the calls above are each bounded by about a second.
+  ASSERT_EQ(outcome.wait_for(120s), std::future_status::ready)
+      << "still waiting after 120 s: a dripping instance held a call past its deadline";
+  EXPECT_EQ(outcome.get(), "");
+  EXPECT_GE(drip.connections(), 1);  // the dripping instance was tried
+}
+
+}  // namespace
+}  // namespace fencelock::testing
