@@ -60,8 +60,11 @@ class Client {
 
   // The current holder of `key`, or nullopt when it is free.
   Result<std::optional<HolderInfo>> inspect(const LockKey& key);
-  // Every held lock whose key starts with `prefix` (all when empty), sorted by key.
-  Result<std::vector<HolderInfo>> list(std::string_view prefix = {});
+  // Every held lock whose key starts with `prefix` (all when empty), sorted by key, within the
+  // bounds of `options`: kDeadlineExceeded past options.timeout, kInvalidArgument when more than
+  // options.max_locks match.
+  Result<std::vector<HolderInfo>> list(std::string_view prefix = {},
+                                       const ListOptions& options = {});
 
   // The URI with any password removed, e.g. "redlock://127.0.0.1:7001,127.0.0.1:7002".
   std::string describe() const;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <stop_token>
 #include <string>
 
@@ -35,6 +36,17 @@ struct AcquireOptions {
   // Default false. Only PostgreSQL advisory mode supports it (pg_advisory_lock_shared); other
   // backends reject it with kInvalidArgument. Shared holders get tokens like any grant.
   bool shared = false;
+};
+
+// Bounds of one Client::list call. A server whose listing never ends (a SCAN cursor that never
+// returns to 0) or a key space far larger than wanted must not hold the caller or its memory.
+struct ListOptions {
+  // The whole call, every page of every server included. Default 10 s. Must be > 0 and at most
+  // kMaxDuration (else kInvalidArgument). Past it: kDeadlineExceeded.
+  std::chrono::milliseconds timeout{10'000};
+  // The most locks the call may return; more match: kInvalidArgument (narrow the prefix, or
+  // raise this). Default 100,000. Must be > 0.
+  std::size_t max_locks = 100'000;
 };
 
 // Every duration here must lie in [0, kMaxDuration] (connect() fails with kInvalidArgument).

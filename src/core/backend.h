@@ -5,7 +5,8 @@
 // threads at once. The calls that take a deadline (acquire, release, guarded_put, proclaim) are
 // bounded by it; the others (try_acquire, renew_all, inspect, list, leader, observe) by the
 // backend's own I/O timeout (ClientOptions::io_timeout) per request, not by a deadline of the
-// caller's: the engine's interface will give every call one.
+// caller's (list is also bounded by its ListBounds): the engine's interface will give every call
+// one.
 #pragma once
 
 #include <chrono>
@@ -144,6 +145,17 @@ class ElectionBackend {
                          std::stop_token stop) = 0;
 };
 
+// The bounds of one list call (Client::list's ListOptions, as a deadline).
+struct ListBounds {
+  Clock::time_point deadline;
+  std::size_t max_locks = 0;
+};
+
+// list()'s answer when more than `max_locks` locks match `prefix`.
+Status too_many_locks(std::size_t max_locks, std::string_view prefix);
+// list()'s answer when its deadline passed after `pages` pages.
+Status list_out_of_time(std::size_t pages, std::size_t found);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -191,7 +203,10 @@ class Backend {
   }
 
   virtual Result<std::optional<HolderRow>> inspect(const LockKey& key) = 0;
-  virtual Result<std::vector<HolderRow>> list(std::string_view prefix) = 0;
+  // Bounded by bounds.deadline as a whole (every page, every server) and by bounds.max_locks:
+  // once more names than that are found, too_many_locks() (no more pages are read).
+  virtual Result<std::vector<HolderRow>> list(std::string_view prefix,
+                                              const ListBounds& bounds) = 0;
 
   // The backend's URI without credentials.
   virtual std::string describe() const = 0;

@@ -9,6 +9,7 @@
 #include "core/duration.h"
 #include "core/fence_issuer.h"
 #include "core/log_internal.h"
+#include "core/saturate.h"
 #include "core/uri.h"
 #include "etcd/etcd_backend.h"
 #include "memory/memory_backend.h"
@@ -128,14 +129,23 @@ Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
                                               found.session_bound});
 }
 
-Result<std::vector<HolderInfo>> Client::list(std::string_view prefix) {
+Result<std::vector<HolderInfo>> Client::list(std::string_view prefix, const ListOptions& options) {
+  if (options.timeout <= std::chrono::milliseconds(0) || options.timeout > kMaxDuration) {
+    return Status(Code::kInvalidArgument,
+                  "ListOptions::timeout must be greater than 0 and at most kMaxDuration");
+  }
+  if (options.max_locks == 0) {
+    return Status(Code::kInvalidArgument, "ListOptions::max_locks must be greater than 0");
+  }
   // A lock key never holds a NUL (LockKey), and a backend that cuts a string at one (libpq's
   // text parameters) would list every lock that starts with the part before it.
   if (prefix.find('\0') != std::string_view::npos) {
     return Status(Code::kInvalidArgument, "a list prefix must not contain a NUL byte");
   }
   if (Status st = core_->backend().check_name(prefix); !st.ok()) return st;
-  auto rows = core_->backend().list(prefix);
+  const detail::ListBounds bounds{detail::deadline_after(detail::Clock::now(), options.timeout),
+                                  options.max_locks};
+  auto rows = core_->backend().list(prefix, bounds);
   if (!rows.ok()) return rows.status();
   return detail::holders_of(std::move(*rows));
 }

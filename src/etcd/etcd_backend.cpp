@@ -271,13 +271,17 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return std::optional<HolderRow>(holder_info(key->str(), **first, ttls));
   }
 
-  Result<std::vector<HolderRow>> list(std::string_view shown_prefix) override {
+  // One Range of every key under the prefix, within the list's deadline (or the op deadline,
+  // whichever comes first); gRPC's 4 MiB limit on a received message bounds its memory.
+  Result<std::vector<HolderRow>> list(std::string_view shown_prefix,
+                                      const ListBounds& bounds) override {
     const std::string prefix = ns_ + std::string(shown_prefix);
     pb::RangeRequest request;
     request.set_key(prefix.empty() ? std::string(1, '\0') : std::string(prefix));
     request.set_range_end(prefix_end(std::string(prefix)));
     pb::RangeResponse response;
-    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+    const auto deadline = std::min(bounds.deadline, op_deadline());
+    grpc::Status status = conn_->call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
       return s.kv->Range(&c, request, &response);
     });
     if (!status.ok()) return to_status(status, "list");
@@ -287,6 +291,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       if (!name || !name->starts_with(prefix)) continue;
       auto [it, inserted] = holders.emplace(std::string(*name), &kv);
       if (!inserted && kv.create_revision() < it->second->create_revision()) it->second = &kv;
+      if (holders.size() > bounds.max_locks) return too_many_locks(bounds.max_locks, shown_prefix);
     }
     std::vector<HolderRow> out;
     out.reserve(holders.size());

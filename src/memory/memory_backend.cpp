@@ -141,13 +141,15 @@ class MemoryBackend final : public Backend {
     return std::optional<HolderRow>(info(it->first, it->second, now));
   }
 
-  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix, const ListBounds& bounds) override {
     Clock::time_point now = Clock::now();
     MutexLock lock(table_->mu);
     std::vector<HolderRow> out;
     for (auto it = table_->entries.lower_bound(std::string(prefix));
          it != table_->entries.end() && it->first.starts_with(prefix); ++it) {
-      if (table_->held(it->second, now)) out.push_back(info(it->first, it->second, now));
+      if (!table_->held(it->second, now)) continue;
+      if (out.size() == bounds.max_locks) return too_many_locks(bounds.max_locks, prefix);
+      out.push_back(info(it->first, it->second, now));
     }
     return out;
   }

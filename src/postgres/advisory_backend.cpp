@@ -155,11 +155,18 @@ class AdvisoryBackend final : public Backend {
   // The noted holders under `prefix`; without a prefix also every advisory lock on a bigint key
   // that no fencelock client noted (psql's pg_advisory_lock(N)), named "pg_advisory_lock(N)":
   // its name is not known (a key is a hash of a name), so no prefix can select it.
-  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
-    auto rows = query_holders(std::string(prefix), false);
+  Result<std::vector<HolderRow>> list(std::string_view prefix, const ListBounds& bounds) override {
+    auto rows = query_holders(std::string(prefix), false, bounds.deadline);
+    if (rows.ok() && rows->size() > bounds.max_locks) {
+      return too_many_locks(bounds.max_locks, prefix);
+    }
     if (!rows.ok() || !prefix.empty()) return rows;
-    auto r = run_any(std::string(sql::advisory_foreign_all), {});
+    auto r = run_any(std::min(bounds.deadline, Clock::now() + options_.io_timeout),
+                     std::string(sql::advisory_foreign_all), {});
     if (!r.ok()) return r.status();
+    if (rows->size() + static_cast<std::size_t>(PQntuples(r->get())) > bounds.max_locks) {
+      return too_many_locks(bounds.max_locks, prefix);
+    }
     const PGresult* res = r->get();
     for (int row = 0; row < PQntuples(res); ++row) {
       const std::string advisory = PQgetvalue(res, row, 0);
@@ -443,8 +450,10 @@ class AdvisoryBackend final : public Backend {
     return r;
   }
 
-  Result<std::vector<HolderRow>> query_holders(const std::string& name, bool exact) {
-    auto r = run_any(std::string(sql::advisory_inspect), {name, exact ? "true" : "false"});
+  Result<std::vector<HolderRow>> query_holders(
+      const std::string& name, bool exact, Clock::time_point deadline = Clock::time_point::max()) {
+    auto r = run_any(std::min(deadline, Clock::now() + options_.io_timeout),
+                     std::string(sql::advisory_inspect), {name, exact ? "true" : "false"});
     if (!r.ok()) return r.status();
     std::vector<HolderRow> out;
     const PGresult* res = r->get();

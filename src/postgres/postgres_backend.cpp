@@ -341,8 +341,13 @@ class LeaseBackend final : public Backend {
     return std::optional<HolderRow>(std::move(found->front()));
   }
 
-  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
-    return query_holders(std::string(prefix), false);
+  // One statement within the list's deadline (or io_timeout, whichever comes first).
+  Result<std::vector<HolderRow>> list(std::string_view prefix, const ListBounds& bounds) override {
+    auto rows = query_holders(std::string(prefix), false, bounds.deadline);
+    if (rows.ok() && rows->size() > bounds.max_locks) {
+      return too_many_locks(bounds.max_locks, prefix);
+    }
+    return rows;
   }
 
   std::string describe() const override { return uri_.description; }
@@ -350,9 +355,11 @@ class LeaseBackend final : public Backend {
   std::uint64_t reconnects() const override { return pool_.reconnects(); }
 
  private:
-  Result<std::vector<HolderRow>> query_holders(const std::string& name, bool exact) {
+  Result<std::vector<HolderRow>> query_holders(
+      const std::string& name, bool exact, Clock::time_point deadline = Clock::time_point::max()) {
     auto r = run(pool_, std::string(sql::lease_inspect), {name, exact ? "true" : "false"},
-                 Clock::now() + options_.io_timeout, false, Retry::kOnDeadConnection);
+                 std::min(deadline, Clock::now() + options_.io_timeout), false,
+                 Retry::kOnDeadConnection);
     if (!r.ok()) return r.status();
     std::vector<HolderRow> out;
     for (int row = 0; row < PQntuples(r->get()); ++row) {

@@ -367,18 +367,25 @@ class RedlockBackend final : public Backend {
     return std::optional<HolderRow>(std::move(found->front()));
   }
 
-  Result<std::vector<HolderRow>> list(std::string_view prefix) override {
+  Result<std::vector<HolderRow>> list(std::string_view prefix, const ListBounds& bounds) override {
     std::set<std::string> names;
     std::vector<Status> failures;
+    std::size_t pages = 0;
     for (auto& instance : instances_) {
-      if (Status scanned = scan_instance(*instance, prefix, names); !scanned.ok()) {
-        failures.push_back(std::move(scanned));
-      }
+      Status scanned = scan_instance(*instance, prefix, names, bounds, pages);
+      if (names.size() > bounds.max_locks) return too_many_locks(bounds.max_locks, prefix);
+      if (Clock::now() >= bounds.deadline) return list_out_of_time(pages, names.size());
+      if (!scanned.ok()) failures.push_back(std::move(scanned));
     }
     if (!has_quorum(n() - static_cast<int>(failures.size()), n())) {
       return no_majority_answered("SCAN", failures);
     }
-    return inspect_many(std::vector<std::string>(names.begin(), names.end()), /*partial=*/true);
+    auto rows = inspect_many(std::vector<std::string>(names.begin(), names.end()),
+                             /*partial=*/true, bounds.deadline);
+    if (!rows.ok() && Clock::now() >= bounds.deadline) {
+      return list_out_of_time(pages, names.size());
+    }
+    return rows;
   }
 
   std::string describe() const override { return description_; }
@@ -576,16 +583,21 @@ class RedlockBackend final : public Backend {
                               n() - static_cast<int>(failures.size()), n(), what, detail));
   }
 
-  Status scan_instance(Instance& instance, std::string_view prefix, std::set<std::string>& names) {
+  // Reads every page of one instance's SCAN into `names`, until the cursor comes back to 0, more
+  // than bounds.max_locks names were found, or bounds.deadline passed (a server whose cursor
+  // never returns to 0 is cut off there, not after its pages fill memory).
+  Status scan_instance(Instance& instance, std::string_view prefix, std::set<std::string>& names,
+                       const ListBounds& bounds, std::size_t& pages) {
     std::string cursor = "0";
     const std::string tag_prefix = prefix.empty() ? std::string() : hash_tag(prefix);
     std::string pattern = "fencelock:{" + glob_escape(tag_prefix) + "*}";
-    for (int rounds = 0; rounds < 100'000; ++rounds) {
+    while (names.size() <= bounds.max_locks && Clock::now() < bounds.deadline) {
       std::string cmd = format_command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
       std::vector<InstanceCall> calls(1);
       calls[0].instance = &instance;
       calls[0].commands.push_back(&cmd);
-      fan_out(calls, Clock::now() + options_.io_timeout);
+      fan_out(calls, std::min(bounds.deadline, Clock::now() + options_.io_timeout));
+      pages++;
       if (!calls[0].error.ok()) return calls[0].error;
       const redisReply* reply = calls[0].replies[0].get();
       if (reply->type == REDIS_REPLY_ERROR) {
@@ -603,7 +615,7 @@ class RedlockBackend final : public Backend {
       cursor = std::move(page->cursor);
       if (cursor == "0") return Status::Ok();
     }
-    return Status::Ok();
+    return Status::Ok();  // the caller says which bound ended it
   }
 
   // The majority holder of each key, if any (keys without one are left out).
@@ -611,8 +623,9 @@ class RedlockBackend final : public Backend {
   // answered when a majority of the instances answered it without an error reply. With
   // `partial` (list) a key that is not is left out, said once in a warning, unless none was
   // answered (then the error, as for a single key: never "nothing held").
-  Result<std::vector<HolderRow>> inspect_many(const std::vector<std::string>& names,
-                                              bool partial = false) {
+  Result<std::vector<HolderRow>> inspect_many(
+      const std::vector<std::string>& names, bool partial = false,
+      Clock::time_point deadline = Clock::time_point::max()) {
     std::vector<std::string> commands;
     commands.reserve(names.size());
     for (const auto& k : names)
@@ -621,7 +634,7 @@ class RedlockBackend final : public Backend {
     for (auto& call : calls) {
       for (const auto& c : commands) call.commands.push_back(&c);
     }
-    fan_out(calls, Clock::now() + options_.io_timeout);
+    fan_out(calls, std::min(deadline, Clock::now() + options_.io_timeout));
     std::vector<Status> instance_failures;  // instances that did not answer at all
     for (auto& call : calls) {
       if (!call.error.ok()) instance_failures.push_back(call.error);

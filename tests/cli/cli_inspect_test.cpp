@@ -98,6 +98,31 @@ TEST_F(CliInspect, NamesThatAreNotUtf8StayDistinctInJsonAndEchoedTextIsEscaped) 
   EXPECT_THAT(none.stdout_text, HasSubstr("no locks held under 'none\\x1b[31m/'"));
 }
 
+// `list --max-locks N`: more matching locks than N is an error that says to narrow the prefix
+// (no partial table); N = 0 or a timeout of 0 are usage errors.
+TEST_F(CliInspect, ListStopsAtMaxLocksAndRefusesBoundsThatAllowNothing) {
+  auto client = Client::connect(server_->uri());
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto lease = client->acquire(*LockKey::make("bounded/" + std::to_string(i)), {.ttl = 20s});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    held.push_back(std::move(*lease));
+  }
+  auto all = cli({"list", "--max-locks", "3", "bounded/"});
+  EXPECT_EQ(all.exit_code, 0) << all.stderr_text;
+  auto over = cli({"list", "--max-locks", "2", "bounded/"});
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_THAT(over.stderr_text, HasSubstr("more than 2 locks match the prefix 'bounded/'"));
+  EXPECT_EQ(over.stdout_text, "");
+  auto zero = cli({"list", "--max-locks", "0"});
+  EXPECT_EQ(zero.exit_code, 64) << zero.stderr_text;
+  EXPECT_THAT(zero.stderr_text, HasSubstr("--max-locks must be at least 1"));
+  auto no_time = cli({"list", "--timeout", "0s"});
+  EXPECT_EQ(no_time.exit_code, 64) << no_time.stderr_text;
+  EXPECT_THAT(no_time.stderr_text, HasSubstr("--timeout must be greater than 0"));
+}
+
 // A key in fencelock's layout whose name is no lock key (written by another client, 605 bytes):
 // `list` shows the real locks and says on stderr, once, that it left one out.
 TEST_F(CliInspect, ListSaysOnStderrThatItLeftOutANameThatIsNoLockKey) {

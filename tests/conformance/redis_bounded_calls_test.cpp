@@ -7,7 +7,10 @@
 // - an instance that answers `*2147483647\r\n` (13 bytes announcing 2^31 - 1 elements) is
 //   refused at once, not answered with a 16 GiB reservation and a wait for elements;
 // - an instance that sends one byte every 100 ms forever neither stalls Client::connect nor
-//   keeps a Redlock acquisition or an inspection from the two healthy instances' answer.
+//   keeps a Redlock acquisition or an inspection from the two healthy instances' answer;
+// - `list` against a server whose SCAN cursor never returns to 0 ends at its bounds
+//   (ListOptions: the most locks, the time for the whole listing) instead of paging on for
+//   hours while its memory grows.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -29,6 +32,7 @@
 
 #include "fencelock/client.h"
 #include "redis/connection.h"
+#include "redis/resp_reader.h"
 #include "support/delay_proxy.h"
 #include "support/redis_server.h"
 
@@ -210,6 +214,130 @@ TEST(RedisBoundedCalls, ADrippingRedlockInstanceDelaysNeitherConnectNorAGrantNor
       << "still waiting after 120 s: a dripping instance held a call past its deadline";
   EXPECT_EQ(outcome.get(), "");
   EXPECT_GE(drip.connections(), 1);  // the dripping instance was tried
+}
+
+// Enough of a Redis server for Client::connect and list (a test fake, one thread): PING, SCRIPT
+// LOAD and CONFIG GET are answered as Redis does, and SCAN with a cursor that never returns to
+// 0: each page names 1,000 lock keys, new ones on every page unless `repeat_pages`.
+class EndlessScanServer {
+ public:
+  explicit EndlessScanServer(bool repeat_pages) : repeat_pages_(repeat_pages) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 64) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        ::pipe2(stop_, O_CLOEXEC) != 0) {
+      throw std::runtime_error("EndlessScanServer: cannot listen");
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~EndlessScanServer() {
+    (void)!::write(stop_[1], "s", 1);
+    thread_.join();
+    for (int fd : {listener_, stop_[0], stop_[1]}) ::close(fd);
+  }
+  std::uint16_t port() const { return port_; }
+  int pages() const { return pages_.load(); }
+
+ private:
+  struct Peer {
+    int fd;
+    std::unique_ptr<detail::redis::RespReader> reader;
+  };
+
+  std::string answer(const redisReply& command) {
+    const std::string name(command.element[0]->str, command.element[0]->len);
+    if (name == "PING") return "+PONG\r\n";
+    if (name == "SCRIPT") return "$40\r\n" + std::string(40, 'a') + "\r\n";
+    if (name == "CONFIG") return "*0\r\n";
+    if (name == "SCAN") {
+      const int page = pages_++;
+      std::string reply = "*2\r\n$1\r\n7\r\n*1000\r\n";
+      for (int i = 0; i < 1000; ++i) {
+        const std::string key =
+            fmt::format("fencelock:{{endless-{}-{}}}", repeat_pages_ ? 0 : page, i);
+        reply += fmt::format("${}\r\n{}\r\n", key.size(), key);
+      }
+      return reply;
+    }
+    return "-ERR not in this fake\r\n";
+  }
+
+  void serve() {
+    std::vector<Peer> peers;
+    while (true) {
+      std::vector<pollfd> fds = {{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      for (const Peer& peer : peers) fds.push_back({peer.fd, POLLIN, 0});
+      ::poll(fds.data(), fds.size(), -1);
+      if (fds[0].revents != 0) break;
+      if (fds[1].revents != 0) {
+        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) peers.push_back({fd, std::make_unique<detail::redis::RespReader>()});
+      }
+      for (std::size_t k = 2; k < fds.size(); ++k) {
+        if (fds[k].revents == 0) continue;
+        Peer& peer = peers[k - 2];
+        char buffer[65536];
+        const ssize_t n = ::recv(peer.fd, buffer, sizeof buffer, 0);
+        if (n <= 0 || !peer.reader->feed({buffer, static_cast<std::size_t>(n)}).ok()) continue;
+        while (true) {
+          auto command = peer.reader->next();
+          if (!command.ok() || !*command) break;
+          const std::string reply = answer(**command);
+          (void)!::send(peer.fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+    }
+    for (const Peer& peer : peers) ::close(peer.fd);
+  }
+
+  const bool repeat_pages_;
+  int listener_ = -1;
+  int stop_[2] = {-1, -1};
+  std::uint16_t port_ = 0;
+  std::atomic<int> pages_{0};
+  std::thread thread_;
+};
+
+Client connect_or_fail(const std::string& uri) {
+  auto client = Client::connect(uri);
+  if (!client.ok()) throw std::runtime_error(client.status().to_string());
+  return std::move(*client);
+}
+
+TEST(RedisBoundedCalls, AListWhoseScanNeverEndsStopsAtTheMostLocksAsked) {
+  EndlessScanServer server(/*repeat_pages=*/false);
+  Client client = connect_or_fail(fmt::format("redis://127.0.0.1:{}", server.port()));
+  // Before: 100,000 pages of new names (100 million) were read into memory.
+  auto listed = client.list("", ListOptions{.timeout = 60s, .max_locks = 5'000});
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), Code::kInvalidArgument) << listed.status().to_string();
+  EXPECT_NE(listed.status().message().find("more than 5000 locks"), std::string::npos)
+      << listed.status().to_string();
+  EXPECT_LE(server.pages(), 6);
+}
+
+TEST(RedisBoundedCalls, AListWhoseScanNeverEndsStopsAtItsTimeout) {
+  EndlessScanServer server(/*repeat_pages=*/true);
+  Client client = connect_or_fail(fmt::format("redis://127.0.0.1:{}", server.port()));
+  // The same 1,000 names on every page: no bound on names is reached, only the time. Before:
+  // 100,000 pages, then an answer as if the listing had ended.
+  auto listed = client.list("", ListOptions{.timeout = 500ms});
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.status().code(), Code::kDeadlineExceeded) << listed.status().to_string();
+  EXPECT_NE(listed.status().message().find("did not finish in time"), std::string::npos)
+      << listed.status().to_string();
+}
+
+TEST(RedisBoundedCalls, ListRefusesBoundsThatAllowNothing) {
+  Client client = connect_or_fail("memory://bounds");
+  EXPECT_EQ(client.list("", ListOptions{.timeout = 0ms}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.list("", ListOptions{.max_locks = 0}).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -134,7 +134,8 @@ class PostgresPair {
   // failover_min_draws: the failover's stall lasts until that many tokens were drawn in it.
   explicit PostgresPair(bool synchronous, int failover_min_draws = 0)
       : dir_(make_temp_dir("fencelock-torture-failover-")),
-        env_{"FENCELOCK_SERVICES=postgres", "FENCELOCK_STATE_DIR=" + dir_ + "/state",
+        env_{"FENCELOCK_SERVICES=postgres",
+             "FENCELOCK_STATE_DIR=" + dir_ + "/state",
              fmt::format("FENCELOCK_PG_PORT={}", free_loopback_port()),
              fmt::format("FENCELOCK_PG_STANDBY_PORT={}", free_loopback_port()),
              std::string("FENCELOCK_PG_SYNC=") + (synchronous ? "1" : "0"),

@@ -212,7 +212,8 @@ class UnreachableBackend final : public detail::Backend {
   Result<std::optional<detail::HolderRow>> inspect(const LockKey&) override {
     return Status(Code::kUnavailable, "unreachable");
   }
-  Result<std::vector<detail::HolderRow>> list(std::string_view) override {
+  Result<std::vector<detail::HolderRow>> list(std::string_view,
+                                              const detail::ListBounds&) override {
     return Status(Code::kUnavailable, "unreachable");
   }
   std::string describe() const override { return "unreachable://"; }

@@ -112,7 +112,7 @@ class FakeBackend final : public Backend {
   Result<std::optional<HolderRow>> inspect(const LockKey&) override {
     return Status(Code::kInternal, "not in this fake");
   }
-  Result<std::vector<HolderRow>> list(std::string_view) override {
+  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
     return Status(Code::kInternal, "not in this fake");
   }
   std::string describe() const override { return "fake://"; }

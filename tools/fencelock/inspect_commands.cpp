@@ -6,6 +6,7 @@
 
 #include "backend_choice.h"
 #include "connect_warnings.h"
+#include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
 #include "holder_format.h"
@@ -52,6 +53,18 @@ int status_command(const StatusArgs& args) {
 
 int list_command(const ListArgs& args) {
   Reporter reporter(args.json);
+  auto timeout = parse_duration_option("--timeout", args.timeout);
+  if (!timeout.ok() || timeout->count() <= 0) {
+    return reporter.fail(kExitUsage, "usage",
+                         fmt::format("{}; see 'fencelock list --help'",
+                                     timeout.ok() ? "--timeout must be greater than 0 (e.g. 30s)"
+                                                  : timeout.status().message()));
+  }
+  if (args.max_locks == 0) {
+    return reporter.fail(kExitUsage, "usage",
+                         "--max-locks must be at least 1; see 'fencelock list --help'");
+  }
+  const ListOptions bounds{.timeout = *timeout, .max_locks = args.max_locks};
   BackendChoice backend = choose_backend(args.backend, args.json);
   auto client = connect_with_warnings(backend.uri, args.json);
   if (!client.ok()) {
@@ -60,7 +73,7 @@ int list_command(const ListArgs& args) {
   }
   auto holders = [&] {
     ConnectWarnings warnings(args.json);  // held locks left out: names that are not lock keys
-    return client->list(args.prefix);
+    return client->list(args.prefix, bounds);
   }();
   if (!holders.ok()) {
     return report_failure(reporter, holders.status(), explain_failure(holders.status(), backend));

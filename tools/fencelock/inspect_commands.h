@@ -17,7 +17,9 @@ struct StatusArgs {
 struct ListArgs {
   std::string backend;
   bool json = false;
-  std::string prefix;  // empty: every held lock
+  std::string prefix;               // empty: every held lock
+  std::string timeout = "10s";      // --timeout: the whole listing
+  std::size_t max_locks = 100'000;  // --max-locks
 };
 
 int status_command(const StatusArgs& args);

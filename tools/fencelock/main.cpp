@@ -139,6 +139,10 @@ CLI::App* add_list(CLI::App& app, ListArgs& args) {
       std::string(kSeeAlso));
   add_backend_options(list, args.backend, args.json);
   list->add_option("PREFIX", args.prefix, "Key prefix");
+  list->add_option("--timeout", args.timeout,
+                   "Time for the whole listing, every page of every server (default 10s)");
+  list->add_option("--max-locks", args.max_locks,
+                   "Fail when more locks than this match (default 100000)");
   return list;
 }
 
