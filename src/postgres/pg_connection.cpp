@@ -3,11 +3,14 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string_view>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -203,15 +206,35 @@ Status status_from_result(const PGresult* r) {
 
 namespace {
 
-// Asks the server to cancel the statement running on `c` (thread-safe, as libpq documents).
-void cancel_on_server(PGcancel* cancel) {
-  char err[256];
-  PQcancel(cancel, err, sizeof err);
-}
+// Cancel requests in flight on threads of their own (at most kMaxCancelling at once).
+std::atomic<int> cancelling{0};
+constexpr int kMaxCancelling = 8;
 
-struct CancelDeleter {
-  void operator()(PGcancel* c) const { PQfreeCancel(c); }
-};
+// Asks the server to cancel the statement running on the connection `cancel` was made for,
+// without waiting: PQcancel waits until the server closes the cancel connection, which a
+// stopped server never does (a release blocked 628 s), so it runs on a detached thread that
+// owns `cancel`. Past kMaxCancelling requests already waiting (a server that stopped answering
+// everyone) the request is dropped: the caller closes the statement's connection anyway, and
+// the server ends the session's statement and its locks once it notices the close.
+void cancel_on_server(PGcancel* cancel) {
+  if (cancel == nullptr) return;
+  if (cancelling.fetch_add(1) >= kMaxCancelling) {
+    cancelling.fetch_sub(1);
+    PQfreeCancel(cancel);
+    return;
+  }
+  try {
+    std::thread([cancel] {
+      char err[256];
+      PQcancel(cancel, err, sizeof err);
+      PQfreeCancel(cancel);
+      cancelling.fetch_sub(1);
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to be had
+    cancelling.fetch_sub(1);
+    PQfreeCancel(cancel);
+  }
+}
 
 }  // namespace
 
@@ -219,10 +242,13 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
                           Clock::time_point deadline, bool& broken, bool multi,
                           std::stop_token stop) {
   broken = true;  // until proven otherwise
-  std::unique_ptr<PGcancel, CancelDeleter> cancel(PQgetCancel(c));
+  // Handed to cancel_on_server at most once (by a stop, or at the deadline), else freed here.
+  std::atomic<PGcancel*> cancel(PQgetCancel(c));
+  const auto free_unused = [&] { PQfreeCancel(cancel.exchange(nullptr)); };
   std::optional<std::stop_callback<std::function<void()>>> on_stop;
-  if (stop.stop_possible() && cancel) {
-    on_stop.emplace(stop, std::function<void()>([&] { cancel_on_server(cancel.get()); }));
+  if (stop.stop_possible() && cancel.load() != nullptr) {
+    on_stop.emplace(stop,
+                    std::function<void()>([&] { cancel_on_server(cancel.exchange(nullptr)); }));
   }
   std::vector<const char*> values;
   values.reserve(params.size());
@@ -230,7 +256,11 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   int sent = multi ? PQsendQuery(c, sql.c_str())
                    : PQsendQueryParams(c, sql.c_str(), static_cast<int>(values.size()), nullptr,
                                        values.data(), nullptr, nullptr, 0);
-  if (sent == 0) return Status(Code::kUnavailable, "PostgreSQL: " + first_line(PQerrorMessage(c)));
+  if (sent == 0) {
+    on_stop.reset();
+    free_unused();
+    return Status(Code::kUnavailable, "PostgreSQL: " + first_line(PQerrorMessage(c)));
+  }
   int flushed;
   while ((flushed = PQflush(c)) == 1) {
     if (!wait_socket(c, true, deadline)) break;
@@ -244,6 +274,8 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
         break;
       }
       if (PQconsumeInput(c) == 0) {
+        on_stop.reset();
+        free_unused();
         return Status(Code::kUnavailable,
                       "lost the PostgreSQL connection: " + first_line(PQerrorMessage(c)));
       }
@@ -253,11 +285,14 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
     if (r == nullptr) break;
     last.reset(r);
   }
+  on_stop.reset();  // no cancel from here on but the one below
   if (timed_out) {
-    if (cancel) cancel_on_server(cancel.get());  // the statement must not go on after we gave up
+    // The statement must not go on after we gave up (the caller also closes the connection).
+    cancel_on_server(cancel.exchange(nullptr));
     return Status(Code::kDeadlineExceeded,
                   "PostgreSQL did not answer in time (asked the server to cancel the statement)");
   }
+  free_unused();
   if (!last) return Status(Code::kInternal, "PostgreSQL returned no result");
   auto st = PQresultStatus(last.get());
   if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -505,6 +506,37 @@ void PostgresServer::crash() {
     process_->signal_group(SIGKILL);
     process_->wait();
   }
+}
+
+namespace {
+
+// `signal` to `parent` and every process whose parent it is (read from /proc/PID/stat).
+void signal_with_children(pid_t parent, int signal) {
+  ::kill(parent, signal);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) ::kill(std::stoi(name), signal);
+  }
+}
+
+}  // namespace
+
+void PostgresServer::pause() {
+  if (alive()) signal_with_children(pid(), SIGSTOP);
+}
+
+void PostgresServer::resume() {
+  if (process_) signal_with_children(pid(), SIGCONT);
 }
 
 void PostgresServer::start_again() {

@@ -111,6 +111,11 @@ class PostgresServer {
   void start_again();
   // stop() then start_again().
   void restart();
+  // SIGSTOP / SIGCONT of the postmaster and every process it started (each session's backend):
+  // a stopped server keeps its connections open (the kernel still accepts them and their
+  // bytes) but answers nothing.
+  void pause();
+  void resume();
 
   // Runs `statement` with psql as the superuser over the Unix socket (trust, no password) in the
   // test database: `psql -X -w -q -At -v ON_ERROR_STOP=1 -c STATEMENT`. Returns psql's stdout
