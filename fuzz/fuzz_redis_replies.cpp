@@ -1,12 +1,13 @@
-// Redis replies to fencelock's scripts: any bytes a server (or a proxy) sends, parsed by hiredis
-// 0.14's reader as the connection does, then read by redis/script_replies.h and, for error
-// replies, by status_from_error_reply (redis/connection.h).
-// Properties: no crash; only the exact shapes the scripts return count as answers: a grant is
-// an array of two integers with a counter >= 1, a renewal gives exactly one vote per lease of
-// its batch, a release and a round-2 confirmation are integers, a SCAN page is a text cursor and
-// text keys; an error reply is never OK.
+// Redis replies to fencelock's scripts: any bytes a server (or a proxy) sends, parsed by the
+// connection's reader (redis/resp_reader.h: hiredis 0.14's parser under a budget per reply),
+// then read by redis/script_replies.h and, for error replies, by status_from_error_reply
+// (redis/connection.h).
+// Properties: no crash and no allocation past the reply budget (a header such as *2147483647
+// is refused, not reserved: libFuzzer's memory limit would report it); only the exact shapes the
+// scripts return count as answers: a grant is an array of two integers with a counter >= 1, a
+// renewal gives exactly one vote per lease of its batch, a release and a round-2 confirmation are
+// integers, a SCAN page is a text cursor and text keys; an error reply is never OK.
 #include <hiredis/hiredis.h>
-#include <hiredis/read.h>
 
 #include <cstdint>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "core/token_text.h"
 #include "fuzz_check.h"
 #include "redis/connection.h"
+#include "redis/resp_reader.h"
 #include "redis/script_replies.h"
 
 namespace fencelock::detail::redis {
@@ -81,40 +83,17 @@ void check_reply(const redisReply& reply) {
   }
 }
 
-// hiredis 0.14 allocates an array's element pointers as soon as it reads the array's header
-// ("*N"), 8 bytes each, before any element arrives (hiredis 1.0 added a limit, maxelements): a
-// hostile server can make any hiredis 0.14 client allocate gigabytes. That is hiredis', not
-// fencelock's, and would end every run as an out-of-memory report, so inputs that declare more
-// than kMaxElements elements are skipped.
-constexpr long long kMaxElements = 1 << 16;
-bool declares_huge_array(std::string_view bytes) {
-  for (auto star = bytes.find('*'); star != std::string_view::npos;
-       star = bytes.find('*', star + 1)) {
-    long long count = 0;
-    for (std::size_t i = star + 1; i < bytes.size() && bytes[i] >= '0' && bytes[i] <= '9'; ++i) {
-      count = count * 10 + (bytes[i] - '0');
-      if (count > kMaxElements) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 }  // namespace fencelock::detail::redis
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  if (fencelock::detail::redis::declares_huge_array(bytes)) return 0;
-  redisReader* reader = redisReaderCreate();
-  FUZZ_CHECK(reader != nullptr);
-  if (redisReaderFeed(reader, reinterpret_cast<const char*>(data), size) == REDIS_OK) {
-    for (;;) {
-      void* reply = nullptr;
-      if (redisReaderGetReply(reader, &reply) != REDIS_OK || reply == nullptr) break;
-      fencelock::detail::redis::check_reply(*static_cast<redisReply*>(reply));
-      freeReplyObject(reply);
-    }
+  using fencelock::detail::redis::RespReader;
+  RespReader reader;
+  if (!reader.feed(std::string_view(reinterpret_cast<const char*>(data), size)).ok()) return 0;
+  for (;;) {
+    auto reply = reader.next();
+    if (!reply.ok() || !*reply) break;
+    fencelock::detail::redis::check_reply(**reply);
   }
-  redisReaderFree(reader);
   return 0;
 }

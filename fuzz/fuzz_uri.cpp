@@ -14,6 +14,7 @@
 #include "fuzz_check.h"
 #include "postgres/postgres_uri.h"
 #include "redis/connection.h"
+#include "redis/redis_options.h"
 
 namespace fencelock::detail {
 namespace {
@@ -135,6 +136,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto parsed = parse_uri(text, 6379);
   if (parsed.ok()) {
     check_parsed(text, *parsed);
+    // The Redis backends' and the fence's one reading of the query options.
+    auto options = redis::parse_redis_options(*parsed);
+    FUZZ_CHECK(options.ok() || options.status().code() == fencelock::Code::kInvalidArgument);
+    if (options.ok()) {
+      FUZZ_CHECK(options->renew_batch >= 1 && options->renew_batch <= redis::kMaxRenewBatch);
+    }
   } else {
     FUZZ_CHECK(parsed.code() == fencelock::Code::kInvalidArgument);
     if (!about_the_password(parsed.status())) {

@@ -14,6 +14,7 @@
 #include "core/wait_loop.h"
 #include "redis/connection.h"
 #include "redis/redis_keys.h"
+#include "redis/redis_options.h"
 #include "redis/release_finisher.h"
 #include "redis/script_replies.h"
 #include "redis/subscriber.h"
@@ -26,8 +27,6 @@ namespace {
 // Leases per renewal script call (renew_batch= in the URI; the calls of one round are pipelined).
 // Each call runs atomically on the server, about 1-4 us per lease: the batch bounds how long one
 // renewal call can stall other clients of the instance (docs/BENCHMARKS.md, "Renewal batches").
-constexpr std::size_t kDefaultRenewBatch = 1024;
-constexpr std::size_t kMaxRenewBatch = 1'000'000;
 // The shortest life of a tombstone (release.lua), in ms.
 constexpr long long kMinTombstoneLife = 60'000;
 
@@ -737,36 +736,10 @@ Result<std::unique_ptr<Backend>> make_redis_backend(const ParsedUri& uri,
       }
     }
   }
-  std::size_t renew_batch = kDefaultRenewBatch;
-  bool allow_eviction = false;
-  for (const auto& [name, value] : uri.query) {
-    if (name == "allow_eviction") {
-      if (value != "true" && value != "false") {
-        return Status(Code::kInvalidArgument,
-                      fmt::format("malformed backend URI: allow_eviction must be true or false, "
-                                  "got '{}'",
-                                  value));
-      }
-      allow_eviction = value == "true";
-      continue;
-    }
-    if (name != "renew_batch") {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("malformed backend URI: unknown option '{}' (the options are "
-                                "renew_batch=LEASES and allow_eviction=true)",
-                                name));
-    }
-    std::size_t parsed = 0;
-    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-    if (error != std::errc() || end != value.data() + value.size() || parsed < 1 ||
-        parsed > kMaxRenewBatch) {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("malformed backend URI: renew_batch must be a number of leases "
-                                "from 1 to {}, got '{}'",
-                                kMaxRenewBatch, value));
-    }
-    renew_batch = parsed;
-  }
+  auto query = parse_redis_options(uri);
+  if (!query.ok()) return query.status();
+  const std::size_t renew_batch = query->renew_batch;
+  const bool allow_eviction = query->allow_eviction;
 
   // Accepted, but said once: fewer than 3 instances tolerate no failure, and an even number no
   // more failures than one instance fewer would.

@@ -11,6 +11,7 @@
 #include "core/uri.h"
 #include "fencelock/fence.h"
 #include "redis/connection.h"
+#include "redis/redis_options.h"
 #include "redis_scripts.h"
 
 namespace fencelock {
@@ -80,10 +81,9 @@ Result<RedisFence> RedisFence::connect(std::string_view uri, const ClientOptions
   impl->options = options;
   impl->spec = std::move(specs->front());
   impl->spec.scripts = {detail::lua::fence_set, detail::lua::fence_get};
-  bool allow_eviction = false;
-  for (const auto& [name, value] : parsed->query) {
-    if (name == "allow_eviction") allow_eviction = value == "true";
-  }
+  auto query = redis::parse_redis_options(*parsed);  // the backends' reading of the options
+  if (!query.ok()) return query.status();
+  const bool allow_eviction = query->allow_eviction;
   const auto deadline = detail::Clock::now() + options.connect_timeout + options.io_timeout;
   auto opened = redis::open_connection(impl->spec, deadline);
   if (!opened.ok()) return opened.status();
