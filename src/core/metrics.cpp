@@ -90,11 +90,6 @@ MetricsSnapshot Metrics::snapshot() const noexcept {
   return s;
 }
 
-}  // namespace detail
-
-namespace {
-
-// A label value as the exposition format requires: backslash, double quote and newline escaped.
 std::string escape_label(std::string_view value) {
   std::string out;
   out.reserve(value.size());
@@ -112,13 +107,17 @@ std::string escape_label(std::string_view value) {
   return out;
 }
 
+}  // namespace detail
+
+namespace {
+
 double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
 // Writes one metric family: its HELP and TYPE lines, then its samples.
 class Exposition {
  public:
   explicit Exposition(std::string_view client_label)
-      : label_(fmt::format("backend=\"{}\"", escape_label(client_label))) {}
+      : label_(fmt::format("backend=\"{}\"", detail::escape_label(client_label))) {}
 
   void counter(std::string_view name, std::string_view help, std::uint64_t value) {
     header(name, help, "counter");

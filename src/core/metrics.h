@@ -11,11 +11,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "fencelock/metrics.h"
 #include "fencelock/status.h"
 
 namespace fencelock::detail {
+
+// A Prometheus label value as the text exposition format requires: backslash, double quote and
+// newline escaped (the Client's metrics and fencelock run's --metrics file).
+std::string escape_label(std::string_view value);
 
 // One latency histogram. Buckets are kept non-cumulative (one increment per observation) and
 // summed up by snapshot(); the count is their total, so count == +Inf bucket in every snapshot.

@@ -23,6 +23,7 @@
 #include "backend_choice.h"
 #include "core/duration.h"
 #include "core/errno_text.h"
+#include "core/metrics.h"
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
@@ -117,20 +118,6 @@ std::string write_metrics_file(const std::string& path, std::string_view text) {
   return replace_file(path, text);
 }
 
-// A label value as the exposition format requires: backslash, double quote and newline escaped.
-std::string label_value(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 // The value of `sample` (its name and labels, as written) in the Prometheus text at `path`, if
 // that file is one of this user's (read_own_file: never a file another user planted) and the
 // value is a plain number (the last run's last success, kept across failures).
@@ -157,7 +144,7 @@ std::optional<std::string> previous_sample(const std::string& path, const std::s
 // exited 0 (carried over from the file when this one did not).
 std::string run_metrics(const std::string& path, const std::string& key,
                         std::chrono::steady_clock::duration took, int exit_code) {
-  const std::string labels = fmt::format("{{key=\"{}\"}}", label_value(key));
+  const std::string labels = fmt::format("{{key=\"{}\"}}", detail::escape_label(key));
   const std::string success_sample = "fencelock_run_last_success_timestamp_seconds" + labels;
   std::optional<std::string> last_success;
   if (exit_code == 0) {
