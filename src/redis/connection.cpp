@@ -318,13 +318,19 @@ Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, millisecond
   return specs;
 }
 
-Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline) {
+Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline,
+                                      AddressesPtr addresses) {
   deadline = std::min(deadline, deadline_after(Clock::now(), spec.connect_timeout));
   if (deadline <= Clock::now()) {
     return Status(Code::kDeadlineExceeded,
                   fmt::format("{}: no time left to connect", endpoint_text(spec.endpoint)));
   }
-  auto started = Connection::start(spec.endpoint);
+  if (!addresses) {
+    auto found = Lookup::start(spec.endpoint)->wait(deadline);
+    if (!found.ok()) return found.status();
+    addresses = std::move(*found);
+  }
+  auto started = Connection::start(std::move(addresses), endpoint_text(spec.endpoint));
   if (!started.ok()) return started.status();
   std::vector<Exchange> one;
   one.emplace_back(std::move(*started), setup_commands(spec), nullptr, nullptr);
@@ -366,7 +372,12 @@ Status flush(Connection& connection, Clock::time_point deadline) {
 Result<ConnectionPtr> Instance::checkout(Clock::time_point deadline) {
   if (auto idle = checkout_idle()) return std::move(*idle);
   if (Status refused = may_connect(); !refused.ok()) return refused;
-  auto opened = open_connection(spec_, deadline);
+  auto found = addresses(std::min(deadline, deadline_after(Clock::now(), spec_.connect_timeout)));
+  if (!found.ok()) {
+    open_failed(found.status());
+    return found.status();
+  }
+  auto opened = open_connection(spec_, deadline, std::move(*found));
   if (opened.ok()) {
     this->opened();
   } else {
@@ -399,13 +410,44 @@ void Instance::open_failed(const Status& why) {
   if (backoff_.failed(why, Clock::now())) reconnects_.failed();
 }
 
+void Instance::start_lookup() {
+  MutexLock lock(mu_);
+  const bool fresh = addresses_ && Clock::now() - addresses_at_ < kAddressesFor;
+  if (!fresh && !lookup_) lookup_ = Lookup::start(spec_.endpoint);
+}
+
+Result<AddressesPtr> Instance::addresses(Clock::time_point deadline) {
+  start_lookup();
+  std::shared_ptr<Lookup> lookup;
+  {
+    MutexLock lock(mu_);
+    if (!lookup_) return addresses_;  // fresh
+    lookup = lookup_;
+    // Stale ones serve while the lookup refreshes them: no call waits for a name server then.
+    if (addresses_ && !lookup->done()) return addresses_;
+  }
+  auto found = lookup->wait(deadline);  // without the mutex: others may look meanwhile
+  MutexLock lock(mu_);
+  if (lookup_ == lookup && lookup->done()) lookup_.reset();  // its result is taken now
+  if (found.ok()) {
+    addresses_ = *found;
+    addresses_at_ = Clock::now();
+    return found;
+  }
+  if (addresses_) return addresses_;  // the name server failed or is late: the last ones found
+  return found;
+}
+
 void Instance::connect_in_background() {
   MutexLock lock(mu_);
   if (connecting_ || !backoff_.refusal(Clock::now()).ok()) return;
   connecting_ = true;
   if (connector_.joinable()) connector_.join();  // the previous one has finished
   connector_ = std::jthread([this] {
-    auto opened = open_connection(spec_, Clock::now() + spec_.connect_timeout);
+    const auto deadline = Clock::now() + spec_.connect_timeout;
+    auto found = addresses(deadline);
+    auto opened = found.ok() ? open_connection(spec_, deadline, std::move(*found))
+                             : Result<ConnectionPtr>(found.status());
     MutexLock done(mu_);
     connecting_ = false;
     if (opened.ok()) {
@@ -461,6 +503,10 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   }
   const bool connect_later =
       limits.enough > 0 && limits.enough < calls.size() && have_idle >= limits.enough;
+  // Names of the instances to connect here are looked up at once, each on a thread of its own.
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (!calls[i].commands.empty() && !idle[i] && !connect_later) calls[i].instance->start_lookup();
+  }
   std::vector<Exchange> exchanges;
   std::vector<std::size_t> call_of;  // exchange -> call
   exchanges.reserve(calls.size());
@@ -483,7 +529,15 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
         call.error = std::move(refused);
         continue;
       }
-      auto connection = Connection::start(call.instance->spec().endpoint);
+      // Every lookup was started before this loop (below): this waits for the slowest once.
+      auto addresses = call.instance->addresses(
+          std::min(deadline, deadline_after(started, call.instance->spec().connect_timeout)));
+      if (!addresses.ok()) {
+        call.instance->open_failed(addresses.status());
+        call.error = addresses.status();
+        continue;
+      }
+      auto connection = Connection::start(std::move(*addresses), call.instance->address());
       if (!connection.ok()) {
         call.instance->open_failed(connection.status());
         call.error = connection.status();

@@ -55,7 +55,9 @@ Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, millisecond
 // earlier of `deadline` and spec.connect_timeout from now. kUnavailable when the server cannot be
 // reached, kDeadlineExceeded when it did not finish in time, kUnauthenticated /
 // kPermissionDenied when it refuses the credentials.
-Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline);
+// `addresses`: the endpoint's, already looked up (null: looked up here, within the deadline).
+Result<ConnectionPtr> open_connection(const ConnectSpec& spec, Clock::time_point deadline,
+                                      AddressesPtr addresses = nullptr);
 
 // Sends one command on an open connection and waits for its reply until `deadline`. An error
 // reply is a reply (the caller reads it). On any other failure the connection is unusable.
@@ -92,6 +94,14 @@ class Instance {
   Status may_connect();
   void opened();
   void open_failed(const Status& why);
+  // Starts looking the endpoint's name up (Lookup) unless one is running or the addresses were
+  // found less than kAddressesFor ago: fan_out starts every instance's before waiting for any.
+  void start_lookup();
+  // The endpoint's addresses: the cached ones while fresh, else the lookup's (started if need
+  // be), waited for until `deadline` at most; the last ones found, if any, while the lookup
+  // runs or when it failed.
+  Result<AddressesPtr> addresses(Clock::time_point deadline);
+  static constexpr std::chrono::seconds kAddressesFor{60};
   // Opens a connection on a thread of its own (within connect_timeout) and puts it in the pool,
   // unless one is being opened already or the instance is in reconnect backoff: a fan-out that
   // has a majority without this instance does not wait for its connect.
@@ -116,6 +126,9 @@ class Instance {
   std::vector<ConnectionPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
   ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
   bool connecting_ FENCELOCK_GUARDED_BY(mu_) = false;  // a background connect is running
+  AddressesPtr addresses_ FENCELOCK_GUARDED_BY(mu_);   // the last ones found
+  Clock::time_point addresses_at_ FENCELOCK_GUARDED_BY(mu_);
+  std::shared_ptr<Lookup> lookup_ FENCELOCK_GUARDED_BY(mu_);  // running, or its result not taken
   // Last member: destroyed (joined) first, while everything it uses still exists.
   std::jthread connector_ FENCELOCK_GUARDED_BY(mu_);
 };

@@ -193,16 +193,20 @@ class RedlockBackend final : public Backend {
     // A round of many batches is a long pipeline. An instance that keeps answering may take
     // until the first lease of the round would be declared lost (io_timeout at least); one
     // that is silent for io_timeout fails (as a single call would); once a majority has
-    // answered everything, the others have until io_timeout, or a quarter of the shortest TTL
+    // answered everything, the others have until io_timeout, or a twelfth of the shortest TTL
     // if that is sooner, after the start (a silent minority must not hold the round open past
-    // the leases' validity). Replies that came before a failure count.
+    // the leases' validity). Replies that came before a failure count. A round starts a third
+    // of the TTL after the last one; a twelfth more keeps more than half the TTL of validity
+    // left when its outcome is applied, which is when `fencelock run` would stop its command
+    // (a quarter did not: with one instance of three stopped, run stopped its command at a
+    // 2 s TTL every time).
     fan_out(calls,
             std::min(std::max(renew_by, sent + options_.io_timeout),
                      sent + shortest - drift_allowance(shortest, options_.drift_factor)),
             PipelineLimits{.stall = options_.io_timeout,
                            .enough = static_cast<std::size_t>(quorum(n())),
                            .enough_by = sent + options_.io_timeout,
-                           .grace = shortest / 4});
+                           .grace = shortest / 12});
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       for (std::size_t c = 0; c < call.replies.size(); ++c) {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -14,20 +16,68 @@
 
 namespace fencelock::detail::redis {
 
-Result<ConnectionPtr> Connection::start(const Endpoint& endpoint) {
-  ConnectionPtr c(new Connection());
-  c->address_ = endpoint_text(endpoint);
+namespace {
+
+Result<AddressesPtr> resolve_now(const Endpoint& endpoint, int flags) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
   addrinfo* found = nullptr;
   const std::string port = std::to_string(endpoint.port);
   if (int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return Status(Code::kUnavailable, fmt::format("cannot connect to Redis at {}: {}", c->address_,
-                                                  ::gai_strerror(rc)));
+    return Status(Code::kUnavailable, fmt::format("cannot connect to Redis at {}: {}",
+                                                  endpoint_text(endpoint), ::gai_strerror(rc)));
   }
-  c->addresses_.reset(found);
-  c->next_ = found;
+  return AddressesPtr(std::make_shared<const Addresses>(found));
+}
+
+}  // namespace
+
+std::shared_ptr<Lookup> Lookup::start(const Endpoint& endpoint) {
+  auto lookup = std::make_shared<Lookup>();
+  lookup->address_ = endpoint_text(endpoint);
+  // A numeric address needs no name server.
+  if (auto numeric = resolve_now(endpoint, AI_NUMERICHOST); numeric.ok()) {
+    lookup->result_ = std::move(numeric);
+    return lookup;
+  }
+  try {
+    std::thread([lookup, endpoint] {
+      auto resolved = resolve_now(endpoint, 0);
+      std::lock_guard<std::mutex> lock(lookup->mu_);
+      lookup->result_ = std::move(resolved);
+      lookup->finished_.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    lookup->result_ =
+        Status(Code::kUnavailable, fmt::format("cannot resolve {}: no thread for the lookup ({})",
+                                               lookup->address_, e.what()));
+  }
+  return lookup;
+}
+
+Result<AddressesPtr> Lookup::wait(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!finished_.wait_until(lock, deadline, [&] { return result_.has_value(); })) {
+    return Status(Code::kDeadlineExceeded,
+                  fmt::format("Redis at {}: the name lookup did not finish in time (is the name "
+                              "server answering?)",
+                              address_));
+  }
+  return *result_;
+}
+
+bool Lookup::done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return result_.has_value();
+}
+
+Result<ConnectionPtr> Connection::start(AddressesPtr addresses, std::string address) {
+  ConnectionPtr c(new Connection());
+  c->address_ = std::move(address);
+  c->next_ = addresses->first();
+  c->addresses_ = std::move(addresses);
   if (Status st = c->connect_next(); !st.ok()) return st;
   return c;
 }
@@ -124,6 +174,13 @@ Status Connection::on_readable() {
                   fmt::format("lost connection to Redis at {}: {}", address_, errno_text(errno)));
   }
   return Status::Ok();
+}
+
+Result<Reply> Connection::next_reply() {
+  auto reply = reader_.next();
+  if (reply.ok()) return reply;
+  return Status(reply.status().code(),
+                fmt::format("Redis at {}: {}", address_, reply.status().message()));
 }
 
 void Connection::abort() {

@@ -13,7 +13,11 @@
 #include <netdb.h>
 #include <poll.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,12 +27,46 @@
 
 namespace fencelock::detail::redis {
 
+// An endpoint's addresses (getaddrinfo's list), shared by the connections made to it.
+class Addresses {
+ public:
+  explicit Addresses(addrinfo* list) : list_(list) {}
+  ~Addresses() { freeaddrinfo(list_); }
+  Addresses(const Addresses&) = delete;
+  Addresses& operator=(const Addresses&) = delete;
+  const addrinfo* first() const { return list_; }
+
+ private:
+  addrinfo* list_;
+};
+using AddressesPtr = std::shared_ptr<const Addresses>;
+
+// A name lookup of an endpoint running on a thread of its own (getaddrinfo blocks, for as long
+// as a name server takes: 10 s and more when it does not answer), so that a caller waits for it
+// no longer than its own deadline, and lookups of several instances run at once. A numeric
+// address is resolved at once, on the caller's thread. The thread ends on its own when the
+// lookup does, whoever still waits.
+class Lookup {
+ public:
+  static std::shared_ptr<Lookup> start(const Endpoint& endpoint);
+  // The addresses, once the lookup ended; kUnavailable when the name did not resolve,
+  // kDeadlineExceeded when it had not by `deadline` (the lookup goes on).
+  Result<AddressesPtr> wait(std::chrono::steady_clock::time_point deadline);
+  bool done();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable finished_;
+  std::optional<Result<AddressesPtr>> result_;
+  std::string address_;
+};
+
 class Connection {
  public:
-  // Resolves `endpoint` and starts a non-blocking connect to its first address (the next ones
-  // are tried in turn when one refuses). kUnavailable when the name does not resolve or no
-  // socket can be made.
-  static Result<std::unique_ptr<Connection>> start(const Endpoint& endpoint);
+  // Starts a non-blocking connect to the first of `addresses` (the next ones are tried in turn
+  // when one refuses); `address` names the endpoint in messages. kUnavailable when no socket
+  // can be made.
+  static Result<std::unique_ptr<Connection>> start(AddressesPtr addresses, std::string address);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -53,8 +91,9 @@ class Connection {
   // After poll reported fd() readable (or an error): reads what is there into the reader.
   // kUnavailable when the server closed the connection or sent what the reader refuses.
   Status on_readable();
-  // The next complete reply, or null when it has not arrived yet.
-  Result<Reply> next_reply() { return reader_.next(); }
+  // The next complete reply, or null when it has not arrived yet. Not OK (kUnavailable, naming
+  // this connection's server) when the reader refuses what the server sent.
+  Result<Reply> next_reply();
   // Makes the close a reset (SO_LINGER 0): the kernel drops what it had not sent yet and stops
   // retransmitting, so no command of this connection reaches the server after a partition
   // heals. What the server already received may still run.
@@ -65,10 +104,7 @@ class Connection {
   // Starts connecting to the address at next_; kUnavailable when none is left.
   Status connect_next();
 
-  struct AddrinfoDeleter {
-    void operator()(addrinfo* a) const { freeaddrinfo(a); }
-  };
-  std::unique_ptr<addrinfo, AddrinfoDeleter> addresses_;
+  AddressesPtr addresses_;
   const addrinfo* next_ = nullptr;
   std::string address_;
   std::string last_error_;  // the last connect error, for the message when no address is left

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <memory>
 #include <string>
@@ -117,6 +118,49 @@ TEST(RedisBoundedCalls, AReplyAnnouncingTwoToTheThirtyOneElementsIsRefusedAtOnce
   calls[0].commands = {&ping};
   fan_out(calls, Clock::now() + 10s);
   EXPECT_TRUE(calls[0].error.ok()) << calls[0].error.to_string();
+}
+
+// One Redlock instance of three stopped: the other two renew the lease, and each renewal
+// round's outcome is applied while more than half the TTL of validity is left, which is when
+// `fencelock run` stops its command (it sends SIGTERM so that the command can exit before the
+// validity ends). Before, a round waited a quarter of the TTL for the stopped instance after
+// the majority had answered, and applied its outcome with 5/12 of the TTL left: run stopped its
+// command with two healthy instances of three. Validity is sampled every 10 ms over two rounds.
+TEST(RedisBoundedCalls, AStoppedMinorityInstanceNeverLeavesALeaseWithHalfItsTtlOrLess) {
+  auto a = RedisServer::start();
+  auto b = RedisServer::start();
+  auto c = RedisServer::start();
+  auto client = Client::connect(fmt::format("redlock://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+                                            a->port(), b->port(), c->port()));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  constexpr std::chrono::milliseconds kTtl = 3s;
+  auto lease = client->acquire(*LockKey::make("stopped-minority"), {.ttl = kTtl});
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  a->pause();
+  const auto first_validity = lease->valid_until();
+  auto least_left = Clock::duration::max();
+  int renewals_seen = 0;
+  auto last_validity = first_validity;
+  const auto until = Clock::now() + kTtl * 2;
+  while (Clock::now() < until && !lease->is_lost()) {
+    const auto valid_until = lease->valid_until();
+    if (valid_until != last_validity) {
+      renewals_seen++;
+      last_validity = valid_until;
+    }
+    least_left = std::min(least_left, valid_until - Clock::now());
+    std::this_thread::sleep_for(10ms);
+  }
+  a->resume();
+  std::printf("least validity left %lld ms, %d renewals\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(least_left).count()),
+              renewals_seen);
+  EXPECT_FALSE(lease->is_lost());
+  EXPECT_GE(renewals_seen, 2) << "two healthy instances of three must renew the lease";
+  EXPECT_GT(least_left, Clock::duration(kTtl / 2))
+      << "validity left dipped to "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(least_left).count() << " ms";
 }
 
 // A server that accepts every connection, reads and drops what it is sent, and answers each
