@@ -163,43 +163,63 @@ TEST(RedisBoundedCalls, AStoppedMinorityInstanceNeverLeavesALeaseWithHalfItsTtlO
       << std::chrono::duration_cast<std::chrono::milliseconds>(least_left).count() << " ms";
 }
 
-// A server that accepts every connection, reads and drops what it is sent, and answers each
-// connection with "+" and then one byte every 100 ms, forever: a status reply that never ends.
-class DripServer {
+// A listening socket on a free loopback port, and a pipe whose read end wakes a fake server's
+// poll() loop when it is to stop (a test fake's plumbing).
+class LoopbackListener {
  public:
-  DripServer() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  LoopbackListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
-    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listener_, 64) != 0 ||
-        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 64) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
         ::pipe2(stop_, O_CLOEXEC) != 0) {
-      throw std::runtime_error("DripServer: cannot listen");
+      throw std::runtime_error("LoopbackListener: cannot listen");
     }
     port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { serve(); });
   }
-  ~DripServer() {
-    (void)!::write(stop_[1], "s", 1);
-    thread_.join();
-    for (int fd : {listener_, stop_[0], stop_[1]}) ::close(fd);
+  ~LoopbackListener() {
+    for (int fd : {fd_, stop_[0], stop_[1]}) ::close(fd);
   }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+
+  int fd() const { return fd_; }
+  int stop_fd() const { return stop_[0]; }  // readable once stop() was called
   std::uint16_t port() const { return port_; }
+  void stop() { (void)!::write(stop_[1], "s", 1); }
+
+ private:
+  int fd_ = -1;
+  int stop_[2] = {-1, -1};
+  std::uint16_t port_ = 0;
+};
+
+// A server that accepts every connection, reads and drops what it is sent, and answers each
+// connection with "+" and then one byte every 100 ms, forever: a status reply that never ends.
+class DripServer {
+ public:
+  DripServer() : thread_([this] { serve(); }) {}
+  ~DripServer() {
+    listener_.stop();
+    thread_.join();
+  }
+  std::uint16_t port() const { return listener_.port(); }
   int connections() const { return connections_.load(); }
 
  private:
   void serve() {
     std::vector<int> clients;
     while (true) {
-      std::vector<pollfd> fds = {{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      std::vector<pollfd> fds = {{listener_.stop_fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
       for (int fd : clients) fds.push_back({fd, POLLIN, 0});
       ::poll(fds.data(), fds.size(), 100);
       if (fds[0].revents != 0) break;
       if (fds[1].revents != 0) {
-        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) {
           (void)!::send(fd, "+", 1, MSG_NOSIGNAL);
           clients.push_back(fd);
@@ -219,12 +239,10 @@ class DripServer {
     for (int fd : clients) ::close(fd);
   }
 
-  int listener_ = -1;
-  int stop_[2] = {-1, -1};
-  std::uint16_t port_ = 0;
+  LoopbackListener listener_;
   std::atomic<int> connections_{0};
   std::chrono::steady_clock::time_point last_drip_{};
-  std::thread thread_;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 TEST(RedisBoundedCalls, ADrippingRedlockInstanceDelaysNeitherConnectNorAGrantNorAnInspection) {
@@ -265,27 +283,13 @@ TEST(RedisBoundedCalls, ADrippingRedlockInstanceDelaysNeitherConnectNorAGrantNor
 // 0: each page names 1,000 lock keys, new ones on every page unless `repeat_pages`.
 class EndlessScanServer {
  public:
-  explicit EndlessScanServer(bool repeat_pages) : repeat_pages_(repeat_pages) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::listen(listener_, 64) != 0 ||
-        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
-        ::pipe2(stop_, O_CLOEXEC) != 0) {
-      throw std::runtime_error("EndlessScanServer: cannot listen");
-    }
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
+  explicit EndlessScanServer(bool repeat_pages)
+      : repeat_pages_(repeat_pages), thread_([this] { serve(); }) {}
   ~EndlessScanServer() {
-    (void)!::write(stop_[1], "s", 1);
+    listener_.stop();
     thread_.join();
-    for (int fd : {listener_, stop_[0], stop_[1]}) ::close(fd);
   }
-  std::uint16_t port() const { return port_; }
+  std::uint16_t port() const { return listener_.port(); }
   int pages() const { return pages_.load(); }
 
  private:
@@ -315,12 +319,12 @@ class EndlessScanServer {
   void serve() {
     std::vector<Peer> peers;
     while (true) {
-      std::vector<pollfd> fds = {{stop_[0], POLLIN, 0}, {listener_, POLLIN, 0}};
+      std::vector<pollfd> fds = {{listener_.stop_fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
       for (const Peer& peer : peers) fds.push_back({peer.fd, POLLIN, 0});
       ::poll(fds.data(), fds.size(), -1);
       if (fds[0].revents != 0) break;
       if (fds[1].revents != 0) {
-        const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
         if (fd >= 0) peers.push_back({fd, std::make_unique<detail::redis::RespReader>()});
       }
       for (std::size_t k = 2; k < fds.size(); ++k) {
@@ -341,11 +345,9 @@ class EndlessScanServer {
   }
 
   const bool repeat_pages_;
-  int listener_ = -1;
-  int stop_[2] = {-1, -1};
-  std::uint16_t port_ = 0;
+  LoopbackListener listener_;
   std::atomic<int> pages_{0};
-  std::thread thread_;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 Client connect_or_fail(const std::string& uri) {
