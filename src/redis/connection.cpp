@@ -64,10 +64,12 @@ class Exchange {
   // What poll() reported for the connection.
   void on_events(short revents) {
     progress = Clock::now();
-    if ((revents & (POLLOUT | POLLERR | POLLHUP)) != 0 && connection->wants_write()) {
+    // POLLNVAL cannot happen (a Connection's descriptor stays open while it lives); were it to,
+    // the write or read below fails on it instead of the loop spinning until the deadline.
+    if ((revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) != 0 && connection->wants_write()) {
       if (Status st = connection->on_writable(); !st.ok()) return fail(std::move(st));
     }
-    if ((revents & (POLLIN | POLLERR | POLLHUP)) != 0 && !connection->connecting()) {
+    if ((revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL)) != 0 && !connection->connecting()) {
       // Replies that came before a close are still taken.
       const Status read = connection->on_readable();
       take_replies();
