@@ -4,8 +4,9 @@
 //
 // Why the bound: hiredis 0.14 reserves an array's element pointers when it reads the array's
 // header, so a 13-byte answer `*2147483647\r\n` from a broken or hostile server made it reserve
-// 16 GiB, and freeing that reply walked 2^31 pointers (10-18 s of a renewal thread); a negative
-// count other than -1 left an array whose size freeReplyObject walks past its end. Here every
+// 16 GiB, and freeing that reply walked 2^31 pointers (10-18 s of a renewal thread). (Counts
+// below -1 or above INT_MAX Debian's hiredis 0.14.1 refuses itself; the create functions here
+// refuse a negative count too, should a build not.) Here every
 // reply has a budget of kMaxReplyBytes for everything the parser builds for it (each object, each
 // string, each array's pointers), counted before anything is allocated, and the bytes buffered
 // but not yet parsed are held to the same bound (a bulk string announced as 2 GiB). A reply over
