@@ -163,6 +163,20 @@ TEST(RedisBoundedCalls, AStoppedMinorityInstanceNeverLeavesALeaseWithHalfItsTtlO
       << std::chrono::duration_cast<std::chrono::milliseconds>(least_left).count() << " ms";
 }
 
+// A host given by name is looked up on a Lookup thread (a numeric one never is), and its
+// addresses serve the connections the Client opens: a grant and a release through "localhost".
+// Also what runs the lookup thread and the address cache under TSan.
+TEST(RedisBoundedCalls, AHostGivenByNameIsLookedUpAndServesTheCalls) {
+  auto server = RedisServer::start();
+  auto client = Client::connect(fmt::format("redlock://localhost:{}", server->port()));
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  for (int i = 0; i < 3; ++i) {
+    auto lease = client->acquire(*LockKey::make("by-name"), {.ttl = 5s});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    EXPECT_TRUE(lease->release().ok());
+  }
+}
+
 // A listening socket on a free loopback port, and a pipe whose read end wakes a fake server's
 // poll() loop when it is to stop (a test fake's plumbing).
 class LoopbackListener {
