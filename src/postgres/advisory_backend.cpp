@@ -1,6 +1,7 @@
 #include "postgres/advisory_backend.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 
 #include <fmt/format.h>
@@ -332,16 +333,18 @@ class AdvisoryBackend final : public Backend {
     auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, sent + options_.io_timeout);
     if (!session.ok()) return session.status();
     bool broken = false;
+    std::shared_future<void> cancel_done;
     auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
-                     note_params(call, key, **session), sent + options_.io_timeout, broken);
+                     note_params(call, key, **session), sent + options_.io_timeout, broken,
+                     /*multi=*/false, {}, &cancel_done);
     if (!r.ok()) {
       // Ambiguous: the statement may have taken the lock before it failed (a session-level lock
       // outlives its statement). The session may hold other leases' locks, so it is kept when
       // it can be brought back and the key unlocked on it; closed (freeing everything) if not.
       bool recovered = !broken;
       if (broken && r.code() == Code::kDeadlineExceeded) {
-        recovered =
-            recover_after_timeout((*session)->conn.get(), Clock::now() + options_.io_timeout);
+        recovered = recover_after_timeout((*session)->conn.get(), cancel_done,
+                                          Clock::now() + options_.io_timeout);
       }
       recovered = recovered && unlock_fully(*session, key, call.shared);
       finish(*session, !recovered);
@@ -410,6 +413,12 @@ class AdvisoryBackend final : public Backend {
                       fmt::format("advisory lock {} is still held after the wait", key));
       }
       return waited.status();
+    }
+    if (call.stop.stop_requested()) {
+      // Stopped as the lock came: a cancel may be on its way to this connection, and would cut
+      // the next statement short; closing the session releases the lock it just got.
+      finish(*session, /*broken=*/true);
+      return Status(Code::kCancelled, "acquisition cancelled");
     }
     if (PQgetisnull(waited->get(), 0, 0)) {
       finish(*session, /*broken=*/true);

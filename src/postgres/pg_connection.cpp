@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -216,39 +218,53 @@ constexpr int kMaxCancelling = 8;
 // owns `cancel`. Past kMaxCancelling requests already waiting (a server that stopped answering
 // everyone) the request is dropped: the caller closes the statement's connection anyway, and
 // the server ends the session's statement and its locks once it notices the close.
-void cancel_on_server(PGcancel* cancel) {
-  if (cancel == nullptr) return;
+// The future is ready once no cancel of this request can reach the server any more: PQcancel
+// returned (the server has signalled the session's process, or refused), or nothing was sent.
+// Until then the connection must not run another statement: a late cancel would cut it short.
+std::shared_future<void> cancel_on_server(PGcancel* cancel) {
+  std::promise<void> done;
+  std::shared_future<void> finished = done.get_future().share();
+  if (cancel == nullptr) {
+    done.set_value();
+    return finished;
+  }
   if (cancelling.fetch_add(1) >= kMaxCancelling) {
     cancelling.fetch_sub(1);
     PQfreeCancel(cancel);
-    return;
+    done.set_value();
+    return finished;
   }
+  auto shared = std::make_shared<std::promise<void>>(std::move(done));
   try {
-    std::thread([cancel] {
+    std::thread([cancel, shared] {
       char err[256];
       PQcancel(cancel, err, sizeof err);
       PQfreeCancel(cancel);
       cancelling.fetch_sub(1);
+      shared->set_value();
     }).detach();
   } catch (const std::system_error&) {  // no thread to be had
     cancelling.fetch_sub(1);
     PQfreeCancel(cancel);
+    shared->set_value();
   }
+  return finished;
 }
 
 }  // namespace
 
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
                           Clock::time_point deadline, bool& broken, bool multi,
-                          std::stop_token stop) {
+                          std::stop_token stop, std::shared_future<void>* cancel_done) {
   broken = true;  // until proven otherwise
   // Handed to cancel_on_server at most once (by a stop, or at the deadline), else freed here.
   std::atomic<PGcancel*> cancel(PQgetCancel(c));
+  const bool had_cancel = cancel.load() != nullptr;
   const auto free_unused = [&] { PQfreeCancel(cancel.exchange(nullptr)); };
   std::optional<std::stop_callback<std::function<void()>>> on_stop;
   if (stop.stop_possible() && cancel.load() != nullptr) {
-    on_stop.emplace(stop,
-                    std::function<void()>([&] { cancel_on_server(cancel.exchange(nullptr)); }));
+    on_stop.emplace(
+        stop, std::function<void()>([&] { (void)cancel_on_server(cancel.exchange(nullptr)); }));
   }
   std::vector<const char*> values;
   values.reserve(params.size());
@@ -286,9 +302,13 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
     last.reset(r);
   }
   on_stop.reset();  // no cancel from here on but the one below
+  // A cancel handed off by the stop may reach the server after this statement ended, and would
+  // then cancel whatever runs next on this connection: it is never used again.
+  const bool stop_cancelled = had_cancel && cancel.load() == nullptr;
   if (timed_out) {
     // The statement must not go on after we gave up (the caller also closes the connection).
-    cancel_on_server(cancel.exchange(nullptr));
+    std::shared_future<void> sent_cancel = cancel_on_server(cancel.exchange(nullptr));
+    if (cancel_done != nullptr) *cancel_done = std::move(sent_cancel);
     return Status(Code::kDeadlineExceeded,
                   "PostgreSQL did not answer in time (asked the server to cancel the statement)");
   }
@@ -296,18 +316,22 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   if (!last) return Status(Code::kInternal, "PostgreSQL returned no result");
   auto st = PQresultStatus(last.get());
   if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
-    broken = PQstatus(c) != CONNECTION_OK;
+    broken = stop_cancelled || PQstatus(c) != CONNECTION_OK;
     Status error = status_from_result(last.get());
     if (stop.stop_requested() && error.code() == Code::kDeadlineExceeded) {
       return Status(Code::kCancelled, "acquisition cancelled");
     }
     return error;
   }
-  broken = PQstatus(c) != CONNECTION_OK;
+  broken = stop_cancelled || PQstatus(c) != CONNECTION_OK;
   return last;
 }
 
-bool recover_after_timeout(PGconn* c, Clock::time_point deadline) {
+bool recover_after_timeout(PGconn* c, const std::shared_future<void>& cancel_done,
+                           Clock::time_point deadline) {
+  if (cancel_done.valid() && cancel_done.wait_until(deadline) != std::future_status::ready) {
+    return false;  // its cancel may still come, and would cut the next statement short
+  }
   int flushed;
   while ((flushed = PQflush(c)) == 1) {
     if (!wait_socket(c, true, deadline)) return false;

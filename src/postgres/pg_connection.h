@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <stop_token>
 #include <string>
@@ -72,20 +73,25 @@ Status session_not_kept(std::string_view what);
 // Runs one statement with text parameters (`multi` sends a parameterless script instead) and
 // returns its last result. On a deadline the statement is cancelled and kDeadlineExceeded
 // returned; the connection must then be dropped (`broken` is set) unless
-// recover_after_timeout() brings it back.
-// `stop` cancels the statement on the server too (kCancelled unless it completed first).
+// recover_after_timeout() brings it back, given `cancel_done` (set on a deadline).
+// `stop` cancels the statement on the server too (kCancelled unless it completed first); a
+// connection whose statement a stop cancelled is `broken` whatever the outcome, since the
+// cancel may reach the server late, and cut the next statement short.
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
                           Clock::time_point deadline, bool& broken, bool multi = false,
-                          std::stop_token stop = {});
+                          std::stop_token stop = {},
+                          std::shared_future<void>* cancel_done = nullptr);
 
 // Maps a failed statement's SQLSTATE to a Status (42501 -> kPermissionDenied, ...).
 Status status_from_result(const PGresult* r);
 
 // After execute() gave up on a statement (kDeadlineExceeded: it already asked the server to
-// cancel it), reads what is left of the statement's results until `deadline`. True if the
-// connection is then idle and usable again (no transaction open), so that a session holding
-// locks need not be closed.
-bool recover_after_timeout(PGconn* c, Clock::time_point deadline);
+// cancel it), waits until that cancel can no longer arrive (`cancel_done`, from execute()), then
+// reads what is left of the statement's results, all until `deadline`. True if the connection
+// is then idle and usable again (no transaction open), so that a session holding locks need
+// not be closed.
+bool recover_after_timeout(PGconn* c, const std::shared_future<void>& cancel_done,
+                           Clock::time_point deadline);
 
 // A bounded pool of connections to one server.
 class PgPool {

@@ -381,6 +381,37 @@ TEST_F(PostgresLease, AnAcquireThatRunsAfterItsAttemptWasReleasedTakesNothing) {
   }
 }
 
+// Advisory mode keeps the session of a try that timed out (it may hold other leases' locks), but
+// only once the try's cancel can no longer reach the server. Before, a cancel that came late cut
+// the next statement on that session short: here a wait in the server's queue, which failed at
+// once ("canceling statement due to user request") instead of waiting its time.
+TEST_F(PostgresLease, ALateCancelOfATimedOutTryCutsNoLaterStatementShort) {
+  auto proxy = DelayProxy::start(server_->port());
+  const PostgresServerOptions& o = server_->options();
+  auto slow = Client::connect(fmt::format("postgres://{}:{}@127.0.0.1:{}/{}?mode=advisory&pool=1",
+                                          o.user, o.password, proxy->port(), o.database),
+                              {.io_timeout = 500ms});
+  auto direct = Client::connect(server_->uri() + "?mode=advisory");
+  ASSERT_TRUE(slow.ok()) << slow.status().to_string();
+  ASSERT_TRUE(direct.ok()) << direct.status().to_string();
+  auto holder = direct->acquire(key("late-cancel/held"), {.ttl = 30s});
+  ASSERT_TRUE(holder.ok()) << holder.status().to_string();
+  // The slow client's one session is open, so that the try below runs a statement on it.
+  ASSERT_TRUE(slow->acquire(key("late-cancel/warm"), {.ttl = 30s})->release().ok());
+  proxy->delay("pg_try_advisory_lock($1::bigint)", 800ms);  // the try's text (not the wait's)
+  auto tried = std::async(std::launch::async,
+                          [&] { return slow->acquire(key("late-cancel/try"), {.ttl = 30s}); });
+  ASSERT_TRUE(proxy->wait_held(1, 20s)) << "the try never reached the proxy";
+  // The cancel request the timed-out try sends next (length 16, code 80877102) comes late.
+  proxy->delay(std::string("\x00\x00\x00\x10\x04\xd2\x16\x2e", 8), 2s);
+  auto given_up = tried.get();
+  ASSERT_FALSE(given_up.ok()) << "the proxy did not hold the try";
+  auto waited = slow->acquire(key("late-cancel/held"), {.ttl = 30s, .wait = 4s});
+  EXPECT_EQ(waited.code(), Code::kLocked)
+      << "the wait ended before its time: " << waited.status().to_string();
+  EXPECT_GE(proxy->held(), 2) << "the timed-out try sent no cancel";
+}
+
 // A lease table made by a version before `released` (lease_release_unknown.sql) gets the column
 // from the next Client that may alter it, and works on.
 TEST_F(PostgresLease, ATableOfAnOlderVersionGetsTheReleasedColumnAtConnect) {

@@ -193,6 +193,7 @@ std::unique_ptr<DelayProxy> DelayProxy::start(std::uint16_t target_port) {
           if (match) {
             due += p->delay_;
             p->held_++;
+            p->changed_.notify_all();
           }
           // Order is kept: nothing overtakes what is held.
           if (!pair->pending.empty()) due = std::max(due, pair->pending.back().due);
@@ -277,6 +278,11 @@ int DelayProxy::answered_late() const {
 bool DelayProxy::wait_answered_late(int n, std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
   return changed_.wait_for(lock, timeout, [&] { return answered_late_ >= n; });
+}
+
+bool DelayProxy::wait_held(int n, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, timeout, [&] { return held_ >= n; });
 }
 
 void DelayProxy::reset_on(std::string marker) {

@@ -42,6 +42,8 @@ class DelayProxy {
   bool wait_answered_late(int n, std::chrono::milliseconds timeout) const;
   // How many reads were held so far.
   int held() const;
+  // Waits until held() >= n, or `timeout` passed (false).
+  bool wait_held(int n, std::chrono::milliseconds timeout) const;
 
   // From now on, a client read that contains `marker` ends its connection: nothing of it
   // reaches the target, and both sides are closed at once (an empty marker: none). The client
