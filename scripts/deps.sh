@@ -14,6 +14,8 @@ PACKAGES=(
   # libraries
   libhiredis-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # standalone Asio, for the optional header fencelock/asio.h (its test and example)
+  libasio-dev
   # servers for tests and the demo
   redis-server redis-tools
   # PostgreSQL backend: libpq for the client, PostgreSQL 15 server and psql for tests and the demo

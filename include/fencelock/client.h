@@ -26,6 +26,8 @@
 // Lease) to go closes them.
 #pragma once
 
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +44,7 @@ namespace fencelock {
 
 namespace detail {
 class ClientCore;
+class ClientHandle;
 struct ClientAccess;  // tests and tools inside the project reach the core through this
 }  // namespace detail
 
@@ -57,6 +60,21 @@ class Client {
   // kInvalidArgument (ttl <= 0 or below the backend minimum, wait < 0).
   // A failed, cancelled or timed-out call leaves nothing held on any server.
   Result<Lease> acquire(const LockKey& key, const AcquireOptions& options = {});
+
+  // acquire() without blocking a thread of the caller's: returns at once; `done` runs exactly
+  // once, on a fencelock thread (never inside this call), with what acquire() would have
+  // returned. Same contract: local FIFO order with blocking callers, waiting on release events,
+  // options.stop cancels (kCancelled), nothing held after a failure. A pending acquisition
+  // waits as state on the Client's engine (two threads per Client, started by the first
+  // asynchronous call), not on a thread; with postgres:// mode=advisory and etcd://, whose
+  // servers queue the waiters, a call with a wait runs on a thread of its own while it waits.
+  // When the last copy of this Client is destroyed, pending acquisitions complete with
+  // kCancelled and leave nothing held. `done` must be short or hand its work on: it runs on a
+  // thread the Client's other acquisitions share. REQUIRES: `done` is not empty.
+  void acquire_async(const LockKey& key, const AcquireOptions& options,
+                     std::function<void(Result<Lease>)> done);
+  // acquire_async() completing a future.
+  std::future<Result<Lease>> acquire_future(const LockKey& key, const AcquireOptions& options = {});
 
   // The current holder of `key`, or nullopt when it is free.
   Result<std::optional<HolderInfo>> inspect(const LockKey& key);
@@ -78,6 +96,9 @@ class Client {
   friend struct detail::ClientAccess;
   explicit Client(std::shared_ptr<detail::ClientCore> core);
   std::shared_ptr<detail::ClientCore> core_;
+  // Shared by the copies of this Client only (not its Leases): the last one to go cancels the
+  // pending asynchronous acquisitions.
+  std::shared_ptr<detail::ClientHandle> handle_;
 };
 
 }  // namespace fencelock

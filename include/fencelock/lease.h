@@ -66,6 +66,11 @@ class Lease {
   // After release() the Lease holds nothing and lost() has fired. A second call returns what the
   // first one did.
   Status release();
+  // release() without blocking: returns at once; `done` runs exactly once, on a fencelock thread
+  // (never inside this call), with what release() would have returned. The Lease may be
+  // destroyed (or moved) right after the call: the release goes on. lost() has fired when this
+  // call returns (before the servers are asked). REQUIRES: `done` is not empty.
+  void release_async(std::function<void(Status)> done);
 
  private:
   friend class Client;

@@ -111,6 +111,14 @@ class ReleaseWatch {
   // Blocks until a release event arrived since this watch was made (or since the last wait that
   // returned true), `until` passes, or `stop` fires. True on an event.
   virtual bool wait_until(Clock::time_point until, std::stop_token stop) = 0;
+  // For waiting without a thread (an asynchronous acquisition): calls `wake` on every release
+  // event after this call, from the thread that hears it (keep it short; never call into this
+  // watch from it), until the watch is destroyed (a call already under way may end just after).
+  // Call at most once. False if this watch cannot: the caller then wakes on its timers alone.
+  virtual bool set_waker(std::function<void()> wake) {
+    (void)wake;
+    return false;
+  }
 };
 
 // One acquisition as the Client hands it to a backend (after the local queue).
@@ -166,6 +174,10 @@ class Backend {
   // Returns kLocked when the wait ran out, kCancelled when call.stop fired; either way nothing
   // of this owner is left behind.
   virtual Result<Grant> acquire(const AcquireCall& call);
+  // Whether acquire() is overridden to wait in a queue on the server (a statement or a watch
+  // that blocks until granted): an asynchronous acquisition that waits then runs acquire() on a
+  // thread of its own, until the engine speaks these protocols without blocking.
+  virtual bool waits_on_server() const { return false; }
 
   // Smallest TTL the backend can honour.
   virtual milliseconds min_ttl() const = 0;

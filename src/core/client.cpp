@@ -63,7 +63,23 @@ std::vector<HolderInfo> holders_of(std::vector<HolderRow> rows) {
 
 }  // namespace detail
 
-Client::Client(std::shared_ptr<detail::ClientCore> core) : core_(std::move(core)) {}
+namespace detail {
+
+class ClientHandle {
+ public:
+  explicit ClientHandle(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
+  ~ClientHandle() { core_->cancel_pending(); }
+  ClientHandle(const ClientHandle&) = delete;
+  ClientHandle& operator=(const ClientHandle&) = delete;
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+};
+
+}  // namespace detail
+
+Client::Client(std::shared_ptr<detail::ClientCore> core)
+    : core_(std::move(core)), handle_(std::make_shared<detail::ClientHandle>(core_)) {}
 
 // hiredis writes to sockets without MSG_NOSIGNAL: a server that closes a connection would kill
 // the process with SIGPIPE. Like gRPC, fencelock ignores SIGPIPE unless the program installed
@@ -116,6 +132,24 @@ Result<Lease> Client::acquire(const LockKey& key, const AcquireOptions& options)
   auto state = core_->acquire(key, options);
   if (!state.ok()) return state.status();
   return Lease(std::move(*state));
+}
+
+void Client::acquire_async(const LockKey& key, const AcquireOptions& options,
+                           std::function<void(Result<Lease>)> done) {
+  core_->acquire_async(key, options,
+                       [done = std::move(done)](Result<std::shared_ptr<detail::LeaseState>> state) {
+                         if (!state.ok()) return done(state.status());
+                         done(Lease(std::move(*state)));
+                       });
+}
+
+std::future<Result<Lease>> Client::acquire_future(const LockKey& key,
+                                                  const AcquireOptions& options) {
+  auto promise = std::make_shared<std::promise<Result<Lease>>>();
+  std::future<Result<Lease>> future = promise->get_future();
+  acquire_async(key, options,
+                [promise](Result<Lease> lease) { promise->set_value(std::move(lease)); });
+  return future;
 }
 
 Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {

@@ -73,10 +73,21 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire(const LockKey& key,
   const Clock::time_point start = Clock::now();
   bool contended = false;
   auto result = acquire_unrecorded(key, options, campaign, contended);
-  metrics_.record_acquire(result.code(), options.wait > milliseconds(0), Clock::now() - start,
-                          contended);
+  return record_acquire(key, std::move(result), options.wait > milliseconds(0),
+                        Clock::now() - start, contended);
+}
+
+Result<std::shared_ptr<LeaseState>> ClientCore::record_acquire(
+    const LockKey& key, Result<std::shared_ptr<LeaseState>> result, bool waited,
+    Clock::duration took, bool contended) {
+  metrics_.record_acquire(result.code(), waited, took, contended);
   if (result.code() == Code::kLocked) return explain_locked(key, result.status());
   return result;
+}
+
+Engine& ClientCore::engine() {
+  std::call_once(engine_started_, [&] { engine_ = std::make_unique<Engine>(kEngineThreads); });
+  return *engine_;
 }
 
 Status ClientCore::explain_locked(const LockKey& key, const Status& status) const {
@@ -114,15 +125,21 @@ MetricsSnapshot ClientCore::metrics_snapshot() const {
   return snapshot;
 }
 
-Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey& key,
-                                                                   const AcquireOptions& options,
-                                                                   bool campaign, bool& contended) {
+Status ClientCore::check_acquire(const LockKey& key, const AcquireOptions& options,
+                                 bool campaign) const {
   if (Status st = validate(options); !st.ok()) return st;
   if (Status st = backend_->check_name(key.str()); !st.ok()) return st;
   if (!campaign && !options.metadata.empty()) {
     // One rule on every backend (a campaign's value is stored verbatim instead).
     if (Status st = validate_holder_metadata(options.metadata); !st.ok()) return st;
   }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<LeaseState>> ClientCore::acquire_unrecorded(const LockKey& key,
+                                                                   const AcquireOptions& options,
+                                                                   bool campaign, bool& contended) {
+  if (Status st = check_acquire(key, options, campaign); !st.ok()) return st;
   if (options.stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   Clock::time_point deadline = deadline_after(Clock::now(), options.wait);
   auto ticket = queue_.enter(key.str(), deadline, options.stop);
@@ -136,29 +153,33 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                                                 Clock::time_point deadline,
                                                                 bool campaign, bool& contended) {
   const OwnerId owner = OwnerId::random();
-  const std::string& metadata =
-      options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
-  const std::uint64_t granted_before = tokens_.largest(key.str());
-  auto grant =
-      backend_->acquire(AcquireCall{key, owner, options.ttl, metadata, options.wait, deadline,
-                                    options.stop, options_.io_timeout, options.shared, campaign});
+  const std::uint64_t before = granted_before(key);
+  auto grant = backend_->acquire(
+      AcquireCall{key, owner, options.ttl, metadata_for(options, campaign), options.wait, deadline,
+                  options.stop, options_.io_timeout, options.shared, campaign});
   if (!grant.ok()) return grant.status();
-  if (grant->token.value() <= granted_before)
-    return refuse_backwards(key, owner, *grant, options.ttl, granted_before);
-  tokens_.record(key.str(), grant->token.value());
-  contended = contended || grant->contended;
-  auto lease = std::make_shared<LeaseState>(key, owner, grant->token, options.ttl, options.renew);
-  lease->set_valid_until(grant->valid_until);
-  lease->backend_key = std::move(grant->backend_key);
+  return lease_from_grant(key, owner, options, std::move(*grant), before, contended);
+}
+
+Result<std::shared_ptr<LeaseState>> ClientCore::lease_from_grant(
+    const LockKey& key, const OwnerId& owner, const AcquireOptions& options, Grant grant,
+    std::uint64_t granted_before, bool& contended) {
+  if (grant.token.value() <= granted_before)
+    return refuse_backwards(key, owner, grant, options.ttl, granted_before);
+  tokens_.record(key.str(), grant.token.value());
+  contended = contended || grant.contended;
+  auto lease = std::make_shared<LeaseState>(key, owner, grant.token, options.ttl, options.renew);
+  lease->set_valid_until(grant.valid_until);
+  lease->backend_key = std::move(grant.backend_key);
   lease->core = shared_from_this();
   renewer_.add(lease);
   {
     MutexLock lock(held_mu_);
-    held_.emplace(key.str(), grant->token.value());
+    held_.emplace(key.str(), grant.token.value());
   }
-  if (grant->gone.stop_possible()) {
+  if (grant.gone.stop_possible()) {
     // Runs at once if the grant is gone already. The lease outlives its callback (gone_watch).
-    lease->gone_watch.emplace(grant->gone, std::function<void()>([this, state = lease.get()] {
+    lease->gone_watch.emplace(grant.gone, std::function<void()>([this, state = lease.get()] {
                                 renewer_.lose_now(state);
                               }));
   }

@@ -3,11 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <stop_token>
 #include <string>
 
 #include "core/backend.h"
+#include "core/engine.h"
 #include "core/lease_state.h"
 #include "core/local_queue.h"
 #include "core/metrics.h"
@@ -30,6 +34,39 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Every call is recorded in metrics(), whatever its outcome.
   Result<std::shared_ptr<LeaseState>> acquire(const LockKey& key, const AcquireOptions& options,
                                               bool campaign = false);
+  // The asynchronous acquire (Client::acquire_async): returns at once; `done` runs exactly once,
+  // on an engine thread, with what acquire() would have returned. Recorded in metrics().
+  using AcquireDone = std::function<void(Result<std::shared_ptr<LeaseState>>)>;
+  void acquire_async(const LockKey& key, const AcquireOptions& options, AcquireDone done,
+                     bool campaign = false);
+  // Pending asynchronous acquisitions give up with kCancelled, leaving nothing held (the last
+  // Client handle went). Later ones are cancelled at once.
+  void cancel_pending() { closing_.request_stop(); }
+  std::stop_token closing() const { return closing_.get_token(); }
+  // The threads of acquire_async and Lease::release_async (started on first use).
+  Engine& engine();
+  static constexpr int kEngineThreads = 2;
+
+  // What both acquire paths share. check_acquire: the argument checks before anything is sent.
+  Status check_acquire(const LockKey& key, const AcquireOptions& options, bool campaign) const;
+  // The holder metadata an acquisition sends.
+  const std::string& metadata_for(const AcquireOptions& options, bool campaign) const {
+    return options.metadata.empty() && !campaign ? default_metadata_ : options.metadata;
+  }
+  // The largest token this Client was granted for `key` (refuse_backwards()).
+  std::uint64_t granted_before(const LockKey& key) const { return tokens_.largest(key.str()); }
+  // The Lease state of a grant: refused when its token went backwards, else renewed and
+  // counted as held. `contended` gains the grant's own flag.
+  Result<std::shared_ptr<LeaseState>> lease_from_grant(const LockKey& key, const OwnerId& owner,
+                                                       const AcquireOptions& options, Grant grant,
+                                                       std::uint64_t granted_before,
+                                                       bool& contended);
+  // Records one finished acquisition; a kLocked status comes back naming the key.
+  Result<std::shared_ptr<LeaseState>> record_acquire(const LockKey& key,
+                                                     Result<std::shared_ptr<LeaseState>> result,
+                                                     bool waited, Clock::duration took,
+                                                     bool contended);
+
   // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
   // Recorded in metrics(); a failure is logged (kInfo).
   Status release(LeaseState& lease, Clock::time_point deadline);
@@ -77,6 +114,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::multimap<std::string, std::uint64_t> held_ FENCELOCK_GUARDED_BY(held_mu_);
   LocalQueue queue_;
   Renewer renewer_;
+  std::stop_source closing_;
+  std::once_flag engine_started_;
+  // Last: it goes first, before anything its tasks use.
+  std::unique_ptr<Engine> engine_;
 };
 
 struct ClientAccess {

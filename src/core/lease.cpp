@@ -48,11 +48,41 @@ void Lease::on_lost(std::function<void()> callback) {
 }
 
 Status Lease::release() {
-  // A second call says what the first did (OK only if the lock was freed then).
-  if (state_->released.exchange(true)) return state_->release_status.value_or(Status::Ok());
+  // A second call says what the first did (OK only if the lock was freed then, or while an
+  // asynchronous release is still under way).
+  if (state_->released.exchange(true)) {
+    detail::MutexLock lock(state_->release_mu);
+    return state_->release_status.value_or(Status::Ok());
+  }
   auto& core = *state_->core;
-  state_->release_status = core.release(*state_, detail::Clock::now() + core.options().io_timeout);
-  return *state_->release_status;
+  Status status = core.release(*state_, detail::Clock::now() + core.options().io_timeout);
+  detail::MutexLock lock(state_->release_mu);
+  state_->release_status = status;
+  return status;
+}
+
+void Lease::release_async(std::function<void(Status)> done) {
+  std::shared_ptr<detail::ClientCore> core = state_->core;  // ~Lease may take state_->core
+  detail::Engine& engine = core->engine();
+  if (state_->released.exchange(true)) {
+    detail::MutexLock lock(state_->release_mu);
+    engine.post([done = std::move(done), status = state_->release_status.value_or(Status::Ok())] {
+      done(status);
+    });
+    return;
+  }
+  // The holder's work stops now, before this call returns (ClientCore::release repeats these).
+  core->renewer().remove(state_.get());
+  core->forget_held(*state_);
+  state_->mark_lost();
+  engine.post([core, state = state_, done = std::move(done)] {
+    Status status = core->release(*state, detail::Clock::now() + core->options().io_timeout);
+    {
+      detail::MutexLock lock(state->release_mu);
+      state->release_status = status;
+    }
+    done(std::move(status));
+  });
 }
 
 }  // namespace fencelock

@@ -52,8 +52,10 @@ struct LeaseState {
   // time never makes a later lease's signal late.
   std::stop_source callbacks_source;
   std::atomic<bool> released{false};
-  // What Lease::release() returned, for a second call (only the Lease's own thread calls it).
-  std::optional<Status> release_status;
+  // What Lease::release() or release_async() found, for a later call (release_async writes it
+  // from an engine thread).
+  Mutex release_mu;
+  std::optional<Status> release_status FENCELOCK_GUARDED_BY(release_mu);
 
   Mutex callbacks_mu;
   std::vector<std::unique_ptr<std::stop_callback<std::function<void()>>>> callbacks

@@ -22,27 +22,43 @@ Result<LocalQueue::Ticket> LocalQueue::enter(const std::string& key,
                                              std::stop_token stop) {
   MutexLock lock(mu_);
   Line& line = lines_[key];
-  auto place = line.order.insert(line.order.end(), 0);
+  auto place = line.order.insert(line.order.end(), Place{});
   const bool waited = line.order.begin() != place;
   bool at_head =
       line.changed.wait_until(lock, stop, deadline, [&] { return line.order.begin() == place; });
   if (at_head) return Ticket(this, key, place, waited);
-  line.order.erase(place);
+  line.order.erase(place);  // not the head (the wait's predicate said so): the head is unchanged
   line.changed.notify_all();
   if (line.order.empty()) lines_.erase(key);
   if (stop.stop_requested()) return Status(Code::kCancelled, "acquisition cancelled");
   return Status(Code::kLocked, "held by another thread of this process for the whole wait");
 }
 
-void LocalQueue::leave(const std::string& key, std::list<int>::iterator place) {
+LocalQueue::Ticket LocalQueue::enter_async(const std::string& key, std::function<void()> on_head,
+                                           bool& at_head) {
   MutexLock lock(mu_);
-  auto it = lines_.find(key);
-  it->second.order.erase(place);
-  if (it->second.order.empty()) {
-    lines_.erase(it);
-  } else {
-    it->second.changed.notify_all();
+  Line& line = lines_[key];
+  auto place = line.order.insert(line.order.end(), Place{});
+  at_head = line.order.begin() == place;
+  if (!at_head) place->on_head = std::move(on_head);
+  return Ticket(this, key, place, !at_head);
+}
+
+void LocalQueue::leave(const std::string& key, std::list<Place>::iterator place) {
+  std::function<void()> next_head;
+  {
+    MutexLock lock(mu_);
+    auto it = lines_.find(key);
+    const bool was_head = it->second.order.begin() == place;
+    it->second.order.erase(place);
+    if (it->second.order.empty()) {
+      lines_.erase(it);
+    } else {
+      it->second.changed.notify_all();
+      if (was_head) next_head = std::move(it->second.order.front().on_head);
+    }
   }
+  if (next_head) next_head();
 }
 
 std::size_t LocalQueue::waiting(const std::string& key) const {

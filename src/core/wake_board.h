@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,9 +30,11 @@ class WakeBoard {
   struct Slot {
     int watchers = 0;
     std::uint64_t events = 0;
+    std::map<std::uint64_t, std::function<void()>> wakers;  // ReleaseWatch::set_waker, by id
   };
   std::uint64_t events_for(const std::string& id) const FENCELOCK_REQUIRES(mu_);
-  void forget(const std::string& id);
+  void forget(const std::string& id, std::uint64_t waker);
+  std::uint64_t add_waker(const std::string& id, std::function<void()> wake);
   bool wait(const std::string& id, std::uint64_t& seen, Clock::time_point until,
             std::stop_token stop);
 
@@ -39,6 +42,7 @@ class WakeBoard {
   std::condition_variable_any changed_;
   std::map<std::string, Slot> slots_ FENCELOCK_GUARDED_BY(mu_);
   std::uint64_t broadcasts_ FENCELOCK_GUARDED_BY(mu_) = 0;
+  std::uint64_t next_waker_ FENCELOCK_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace fencelock::detail

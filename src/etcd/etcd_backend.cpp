@@ -157,6 +157,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   milliseconds min_ttl() const override { return milliseconds(2000); }
 
+  bool waits_on_server() const override { return true; }
+
   Result<Grant> acquire(const AcquireCall& outer) override {
     auto key = in_namespace(outer.key);
     if (!key.ok()) return key.status();

@@ -1,7 +1,9 @@
 #include "memory/memory_backend.h"
 
 #include <condition_variable>
+#include <functional>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,7 @@ struct Table {
     std::uint64_t releases = 0;
     std::uint64_t attempts = 0;
     std::uint64_t watchers = 0;
+    std::map<std::uint64_t, std::function<void()>> wakers;  // ReleaseWatch::set_waker, by id
   };
 
   bool held(const Entry& e, Clock::time_point now) const {
@@ -31,6 +34,7 @@ struct Table {
   Mutex mu;
   std::condition_variable_any released;
   std::map<std::string, Entry> entries FENCELOCK_GUARDED_BY(mu);
+  std::uint64_t next_waker FENCELOCK_GUARDED_BY(mu) = 1;
 };
 
 std::shared_ptr<Table> table_named(const std::string& name) {
@@ -57,7 +61,16 @@ class MemoryWatch final : public ReleaseWatch {
   }
   ~MemoryWatch() override {
     MutexLock lock(table_->mu);
-    table_->entries[key_].watchers--;
+    auto& entry = table_->entries[key_];
+    entry.watchers--;
+    if (waker_ != 0) entry.wakers.erase(waker_);
+  }
+
+  bool set_waker(std::function<void()> wake) override {
+    MutexLock lock(table_->mu);
+    waker_ = table_->next_waker++;
+    table_->entries[key_].wakers.emplace(waker_, std::move(wake));
+    return true;
   }
 
   bool wait_until(Clock::time_point until, std::stop_token stop) override {
@@ -73,6 +86,7 @@ class MemoryWatch final : public ReleaseWatch {
   std::shared_ptr<Table> table_;
   std::string key_;
   std::uint64_t seen_ = 0;
+  std::uint64_t waker_ = 0;
 };
 
 class MemoryBackend final : public Backend {
@@ -128,6 +142,10 @@ class MemoryBackend final : public Backend {
     it->second.owner.clear();
     it->second.releases++;
     table_->released.notify_all();
+    std::vector<std::function<void()>> wake;
+    for (const auto& [id, waker] : it->second.wakers) wake.push_back(waker);
+    lock.unlock();
+    for (const auto& waker : wake) waker();
     return Status::Ok();
   }
 

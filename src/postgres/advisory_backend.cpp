@@ -40,6 +40,8 @@ class AdvisoryBackend final : public Backend {
   bool supports_shared() const override { return true; }
   Status check_name(std::string_view name) const override { return postgres::check_name(name); }
 
+  bool waits_on_server() const override { return true; }
+
   Result<Grant> acquire(const AcquireCall& call) override {
     const std::int64_t key = advisory_key(call.key.str());
     if (call.wait <= milliseconds(0)) return try_once(call, key);

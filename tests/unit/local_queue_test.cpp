@@ -195,5 +195,69 @@ TEST(LocalQueue, KeysAreComparedByContentIncludingPrefixes) {
   EXPECT_TRUE(queue.enter("jo", Clock::now(), {}).ok());
 }
 
+// Asynchronous callers share the line with blocking ones: told (not polled) when they reach the
+// head, in arrival order; one that gives up before then is never told and leaves the line.
+TEST(LocalQueue, AnAsynchronousCallerIsToldOnceWhenItReachesTheHead) {
+  LocalQueue queue;
+  auto head = queue.enter("k", far_future(), {});
+  ASSERT_TRUE(head.ok());
+  int told = 0;
+  bool at_head = true;
+  std::optional<LocalQueue::Ticket> second(queue.enter_async(
+      "k", [&] { ++told; }, at_head));
+  EXPECT_FALSE(at_head);
+  EXPECT_TRUE(second->waited());
+  EXPECT_EQ(told, 0);
+  { auto leaving = std::move(*head); }  // the head leaves: the next in line is told, once
+  EXPECT_EQ(told, 1);
+  EXPECT_EQ(queue.waiting("k"), 1u);
+  second.reset();
+  EXPECT_EQ(queue.waiting("k"), 0u);
+  EXPECT_EQ(told, 1);
+}
+
+TEST(LocalQueue, AnAsynchronousCallerOnAnEmptyLineIsAtTheHeadAtOnce) {
+  LocalQueue queue;
+  bool at_head = false;
+  bool told = false;
+  auto ticket = queue.enter_async(
+      "k", [&] { told = true; }, at_head);
+  EXPECT_TRUE(at_head);
+  EXPECT_FALSE(ticket.waited());
+  EXPECT_FALSE(told) << "a caller at the head at once is not told again";
+}
+
+TEST(LocalQueue, AnAsynchronousCallerThatGaveUpIsNeverToldAndTheNextOneIs) {
+  LocalQueue queue;
+  bool at_head = false;
+  std::optional<LocalQueue::Ticket> first(queue.enter_async(
+      "k", [] {}, at_head));
+  ASSERT_TRUE(at_head);
+  bool second_told = false, third_told = false;
+  std::optional<LocalQueue::Ticket> second(queue.enter_async(
+      "k", [&] { second_told = true; }, at_head));
+  std::optional<LocalQueue::Ticket> third(queue.enter_async(
+      "k", [&] { third_told = true; }, at_head));
+  second.reset();  // gives up in the middle of the line: the head is unchanged, nobody is told
+  EXPECT_FALSE(second_told);
+  EXPECT_FALSE(third_told);
+  first.reset();
+  EXPECT_FALSE(second_told);
+  EXPECT_TRUE(third_told);
+}
+
+TEST(LocalQueue, ABlockingCallerBehindAnAsynchronousOneIsWokenWhenItLeaves) {
+  LocalQueue queue;
+  bool at_head = false;
+  std::optional<LocalQueue::Ticket> first(queue.enter_async(
+      "k", [] {}, at_head));
+  ASSERT_TRUE(at_head);
+  auto blocked =
+      std::async(std::launch::async, [&] { return queue.enter("k", far_future(), {}).ok(); });
+  ASSERT_TRUE(eventually([&] { return queue.waiting("k") == 2; }, kEventBound));
+  first.reset();
+  EXPECT_TRUE(blocked.get());
+}
+
 }  // namespace
 }  // namespace fencelock::detail

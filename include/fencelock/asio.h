@@ -1,0 +1,84 @@
+// fencelock/asio.h: acquire and release with standalone Asio's completion tokens. Header-only
+// and optional: include it only in programs built with Asio (Debian: libasio-dev).
+//
+// clang-format off
+//   // in an asio::awaitable<void> coroutine:
+//   const fencelock::AcquireOptions options{.ttl = 10s, .wait = 30s};
+//   fencelock::Result<fencelock::Lease> lease =
+//       co_await fencelock::async_acquire(client, key, options, asio::use_awaitable);
+//   // with a callback, run on the callback's associated executor (a strand, an io_context):
+//   fencelock::async_acquire(client, key, options, asio::bind_executor(strand,
+//       [](fencelock::Result<fencelock::Lease> lease) { ... }));
+//   // or a std::future: fencelock::async_acquire(client, key, options, asio::use_future)
+// clang-format on
+//
+// Completion signature: void(Result<Lease>) for async_acquire, void(Status) for async_release.
+// The completion handler runs on its associated executor (the system executor when it has none),
+// never on a fencelock thread and never inside the initiating call; until then the executor
+// counts outstanding work, so io_context::run() does not return while an acquisition is
+// pending. The contract is Client::acquire_async's and Lease::release_async's.
+//
+// With g++ 12, pass AcquireOptions as a named variable rather than a braced temporary inside a
+// co_await expression: that compiler destroys such a temporary (an aggregate with a std::string)
+// wrongly, and the program aborts (free(): invalid pointer); clang 14 is fine.
+//
+// Thread-safety: as Client::acquire_async and Lease::release_async.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+
+#include "fencelock/client.h"
+#include "fencelock/lease.h"
+
+namespace fencelock {
+namespace asio_detail {
+
+// Calls `handler` with `value` on the handler's associated executor, keeping that executor busy
+// until then. Returns the callback a fencelock completion runs.
+template <typename Value, typename Handler>
+auto complete_on_executor(Handler handler) {
+  auto work = ::asio::make_work_guard(::asio::get_associated_executor(handler));
+  using Pending = std::pair<Handler, decltype(work)>;
+  // std::function needs a copyable callable: the move-only handler lives behind a shared_ptr.
+  auto pending = std::make_shared<Pending>(std::move(handler), std::move(work));
+  return [pending](Value value) {
+    auto executor = pending->second.get_executor();
+    ::asio::post(executor, [pending, value = std::move(value)]() mutable {
+      Handler to_call = std::move(pending->first);
+      pending->second.reset();
+      std::move(to_call)(std::move(value));
+    });
+  };
+}
+
+}  // namespace asio_detail
+
+// Client::acquire_async with an Asio completion token; signature void(Result<Lease>).
+template <typename CompletionToken>
+auto async_acquire(Client& client, const LockKey& key, const AcquireOptions& options,
+                   CompletionToken&& token) {
+  return ::asio::async_initiate<CompletionToken, void(Result<Lease>)>(
+      [&client](auto handler, const LockKey& what, const AcquireOptions& how) {
+        client.acquire_async(what, how,
+                             asio_detail::complete_on_executor<Result<Lease>>(std::move(handler)));
+      },
+      token, key, options);
+}
+
+// Lease::release_async with an Asio completion token; signature void(Status).
+template <typename CompletionToken>
+auto async_release(Lease& lease, CompletionToken&& token) {
+  return ::asio::async_initiate<CompletionToken, void(Status)>(
+      [&lease](auto handler) {
+        lease.release_async(asio_detail::complete_on_executor<Status>(std::move(handler)));
+      },
+      token);
+}
+
+}  // namespace fencelock
