@@ -69,8 +69,9 @@ class Client {
   // asynchronous call), not on a thread; with postgres:// mode=advisory and etcd://, whose
   // servers queue the waiters, a call with a wait runs on a thread of its own while it waits.
   // When the last copy of this Client is destroyed, pending acquisitions complete with
-  // kCancelled and leave nothing held. `done` must be short or hand its work on: it runs on a
-  // thread the Client's other acquisitions share. REQUIRES: `done` is not empty.
+  // kCancelled and leave nothing held (one granted at that very moment completes with its Lease,
+  // as a blocking call granted before its stop does). `done` must be short or hand its work on: it
+  // runs on a thread the Client's other acquisitions share. REQUIRES: `done` is not empty.
   void acquire_async(const LockKey& key, const AcquireOptions& options,
                      std::function<void(Result<Lease>)> done);
   // acquire_async() completing a future.

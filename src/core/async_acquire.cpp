@@ -41,6 +41,10 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
 
   void start() {
     keep_alive_ = shared_from_this();  // until finish(): timers and wakers hold it weakly
+    {
+      MutexLock lock(waker_cell_->mu);
+      waker_cell_->op = this;
+    }
     if (Status st = core_->check_acquire(key_, options_, campaign_); !st.ok()) {
       return finish_later(st);
     }
@@ -86,7 +90,8 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
       lock.unlock();
       return finish_later(Status(Code::kCancelled, "acquisition cancelled"));
     }
-    if (phase_ == Phase::kWaiting) wake_locked();  // the try sees the stop and gives up
+    if (phase_ == Phase::kTrying) event_seen_ = true;  // the try must not arm its timer
+    if (phase_ == Phase::kWaiting) wake_locked();      // the try sees the stop and gives up
   }
 
   bool cancelled() const {
@@ -118,9 +123,11 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     if (backend.waits_on_server()) return acquire_on_server();
     if (waits_) {
       watch_ = backend.watch(key_, owner_);
-      std::weak_ptr<AsyncAcquire> weak = weak_from_this();
-      (void)watch_->set_waker([weak] {
-        if (auto self = weak.lock()) self->on_release_event();
+      // Through the cell, never owning this: the thread that hears releases (a backend's
+      // subscriber) must never drop the last reference to the Client, whose backend joins it.
+      (void)watch_->set_waker([cell = waker_cell_] {
+        MutexLock lock(cell->mu);
+        if (cell->op != nullptr) cell->op->on_release_event();
       });
     }
     try_once();
@@ -183,16 +190,20 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     // Fallbacks, as in the blocking loop: the holder's remaining TTL, half the queue hold.
     const milliseconds fallback = std::min(attempt.retry_after, hold_ / 2) + milliseconds(1);
     MutexLock lock(mu_);
-    if (event_seen_) {  // a release came during the try: try again at once
+    if (event_seen_) {  // a release or a stop came during the try: try again (or give up) now
       event_seen_ = false;
       core_->engine().post([self = shared_from_this()] { self->try_once(); });
       return;
     }
     phase_ = Phase::kWaiting;
     std::weak_ptr<AsyncAcquire> weak = weak_from_this();
-    timer_ = core_->engine().post_at(std::min(deadline_, after + fallback), [weak] {
-      if (auto self = weak.lock()) self->on_timer();
+    // The id reaches the task through a cell, written before mu_ is let go and read under it:
+    // it is known only once post_at returned.
+    auto id = std::make_shared<Engine::TimerId>(0);
+    timer_ = core_->engine().post_at(std::min(deadline_, after + fallback), [weak, id] {
+      if (auto self = weak.lock()) self->on_timer(*id);
     });
+    *id = timer_;
   }
 
   // From the thread that heard a release of the key (keep it short).
@@ -202,9 +213,11 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     if (phase_ == Phase::kWaiting) wake_locked();
   }
 
-  void on_timer() {
+  // `id`: the timer that fired (read under mu_, after its writer let go); one that was replaced
+  // (its cancel came too late to stop it) is stale.
+  void on_timer(const Engine::TimerId& id) {
     MutexLock lock(mu_);
-    if (phase_ != Phase::kWaiting) return;
+    if (phase_ != Phase::kWaiting || id != timer_) return;
     timer_ = 0;
     wake_locked();
   }
@@ -257,6 +270,10 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
       }
     }
     watch = std::move(watch_);
+    {
+      MutexLock lock(waker_cell_->mu);  // waits for a waker under way
+      waker_cell_->op = nullptr;
+    }
     std::shared_ptr<AsyncAcquire> self = std::move(keep_alive_);  // this lives to the end
     Outcome recorded =
         core_->record_acquire(key_, std::move(outcome), waits_, Clock::now() - start_, contended_);
@@ -268,6 +285,12 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
   using Callback = std::stop_callback<std::function<void()>>;
 
   std::shared_ptr<AsyncAcquire> keep_alive_;  // while pending (set by start, taken by finish)
+  // What the release-event waker reaches this by: a pointer that finish() clears.
+  struct WakerCell {
+    Mutex mu;
+    AsyncAcquire* op FENCELOCK_GUARDED_BY(mu) = nullptr;
+  };
+  const std::shared_ptr<WakerCell> waker_cell_ = std::make_shared<WakerCell>();
   const std::shared_ptr<ClientCore> core_;
   const LockKey key_;
   const AcquireOptions options_;

@@ -115,8 +115,9 @@ class ReleaseWatch {
   // event after this call, from the thread that hears it (keep it short; never call into this
   // watch from it), until the watch is destroyed (a call already under way may end just after).
   // Call at most once. False if this watch cannot: the caller then wakes on its timers alone.
-  virtual bool set_waker(std::function<void()> wake) {
-    (void)wake;
+  virtual bool set_waker(
+      std::function<void()> wake) {  // NOLINT(performance-unnecessary-value-param)
+    (void)wake;                      // an overrider keeps it
     return false;
   }
 };

@@ -22,7 +22,7 @@ struct Engine::State {
   std::vector<std::thread::id> ids FENCELOCK_GUARDED_BY(mu);
 
   // Runs tasks until stopping. Holds `self` so that a thread detached by ~Engine outlives it.
-  static void run(std::shared_ptr<State> self) {
+  static void run(const std::shared_ptr<State>& self) {
     State& s = *self;
     MutexLock lock(s.mu);
     while (!s.stopping) {

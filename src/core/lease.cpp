@@ -66,9 +66,9 @@ void Lease::release_async(std::function<void(Status)> done) {
   detail::Engine& engine = core->engine();
   if (state_->released.exchange(true)) {
     detail::MutexLock lock(state_->release_mu);
-    engine.post([done = std::move(done), status = state_->release_status.value_or(Status::Ok())] {
-      done(status);
-    });
+    // The task holds the core: an engine whose Client went would drop it without running it.
+    engine.post([core, done = std::move(done),
+                 status = state_->release_status.value_or(Status::Ok())] { done(status); });
     return;
   }
   // The holder's work stops now, before this call returns (ClientCore::release repeats these).

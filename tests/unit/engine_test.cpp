@@ -88,7 +88,7 @@ TEST(Engine, TheEngineMayBeDestroyedFromOneOfItsOwnTasks) {
   auto engine = std::make_shared<Engine>(2);
   std::promise<void> destroyed;
   std::weak_ptr<Engine> watch = engine;
-  engine->post([owner = engine, &destroyed]() mutable {
+  engine->post([owner = engine]() mutable {
     owner.reset();  // not the last reference yet: the test's is
   });
   // Hand the last reference to a task: it destroys the Engine on one of its threads.
