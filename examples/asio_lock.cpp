@@ -3,6 +3,7 @@
 //
 //   asio_lock [URI] [KEY]     (defaults: memory://example, example/asio)
 #include <chrono>
+#include <exception>
 #include <iostream>
 
 #include <asio/co_spawn.hpp>
@@ -34,7 +35,7 @@ asio::awaitable<void> hold_once(fencelock::Client& client, fencelock::LockKey ke
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const char* uri = argc > 1 ? argv[1] : "memory://example";
   const char* name = argc > 2 ? argv[2] : "example/asio";
   auto client = fencelock::Client::connect(uri);
@@ -52,4 +53,7 @@ int main(int argc, char** argv) {
   asio::co_spawn(io, hold_once(*client, *key, exit_code), asio::detached);
   io.run();  // returns once the coroutine ended
   return exit_code;
+} catch (const std::exception& e) {  // Asio reports its own failures by exception
+  std::cerr << "asio: " << e.what() << "\n";
+  return 70;
 }

@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
           }
           // Short work only: this runs on a thread the Client's other completions share.
           lease->release_async(
-              [&pending](fencelock::Status released) { pending.done(released.ok()); });
+              [&pending](const fencelock::Status& released) { pending.done(released.ok()); });
         });
   }
   const int failed = pending.wait();

@@ -37,7 +37,10 @@ struct Engine::State {
         if (s.timers.empty()) {
           s.changed.wait(lock);
         } else {
-          s.changed.wait_until(lock, s.timers.begin()->first.first);
+          // A copy: wait_until reads its deadline by reference while the lock is let go, and
+          // another thread may take that timer out of the map meanwhile.
+          const Clock::time_point next = s.timers.begin()->first.first;
+          s.changed.wait_until(lock, next);
         }
         continue;
       }
