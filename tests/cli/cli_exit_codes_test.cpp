@@ -11,6 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_harness.h"
 #include "fencelock/client.h"
 
@@ -230,6 +232,22 @@ TEST_F(CliExitCodes, ARedlockThatToleratesNoFailureIsWarnedAboutOnce) {
   EXPECT_EQ(json.exit_code, 0) << json.stderr_text;
   EXPECT_THAT(json.stderr_text, HasSubstr("{\"message\":\"redlock:// with 2 instances"));
   EXPECT_THAT(json.stderr_text, HasSubstr("\"warning\":\"backend\""));
+}
+
+// The waiters scenario on memory:// (in process): every pending acquisition is granted after the
+// releases, and the waiting Client adds its engine's threads only, not one per waiter.
+TEST_F(CliExitCodes, BenchWaitersGrantsEveryWaiterWithoutAThreadEach) {
+  auto r = run_cli({"bench", "--backend", "memory://bench-waiters", "--json", "--scenario",
+                    "waiters", "--waiters", "200", "--duration", "1s"},
+                   {}, std::chrono::minutes(2));
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  auto result = nlohmann::json::parse(r.stdout_text.substr(0, r.stdout_text.find('\n')));
+  EXPECT_EQ(result["scenario"], "waiters");
+  EXPECT_EQ(result["waiters"], 200);
+  EXPECT_EQ(result["granted"], 200) << r.stdout_text;
+  EXPECT_EQ(result["granted_before_release"], 0) << "granted while every key was held";
+  EXPECT_LT(result["threads_waiting"].get<int>() - result["threads_before"].get<int>(), 8)
+      << r.stdout_text;
 }
 
 // Every subcommand that runs for a while takes --duration DUR (bench took --seconds INT, which

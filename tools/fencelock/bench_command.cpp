@@ -21,6 +21,7 @@
 #include "progress.h"
 #include "reporter.h"
 #include "scenarios.h"
+#include "waiters.h"
 
 namespace fencelock::cli {
 
@@ -58,19 +59,21 @@ std::string label_of(const std::string& uri) {
 
 int bench_command(const BenchArgs& args) {
   Reporter reporter(args.json);
-  const std::vector<std::string> scenarios = {"uncontended", "baseline", "contended", "throughput",
-                                              "held"};
+  const std::vector<std::string> scenarios = {"uncontended", "baseline", "contended",
+                                              "throughput",  "held",     "waiters"};
   if (std::find(scenarios.begin(), scenarios.end(), args.scenario) == scenarios.end()) {
     return reporter.fail(kExitUsage, "usage",
                          fmt::format("unknown scenario '{}' (uncontended, baseline, contended, "
-                                     "throughput, held)",
+                                     "throughput, held, waiters)",
                                      args.scenario));
   }
   auto critical = parse_duration_option("--critical", args.critical);
   auto ttl = parse_duration_option("--ttl", args.ttl);
   auto lockers = int_list("--lockers", args.lockers);
   auto leases = int_list("--leases", args.leases);
-  for (const Status& st : {critical.status(), ttl.status(), lockers.status(), leases.status()}) {
+  auto waiters = int_list("--waiters", args.waiters);
+  for (const Status& st :
+       {critical.status(), ttl.status(), lockers.status(), leases.status(), waiters.status()}) {
     if (!st.ok()) return reporter.fail(kExitUsage, "usage", st.message());
   }
   // --duration DUR, as every subcommand that runs for a while takes it; --seconds INT is kept.
@@ -138,6 +141,14 @@ int bench_command(const BenchArgs& args) {
              .busy = args.busy,
              .duration = duration,
              .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
+      }
+    } else if (args.scenario == "waiters") {
+      for (std::size_t i = 0; i < waiters->size(); ++i) {
+        const int n = (*waiters)[i];
+        progress.update(static_cast<double>(i) / static_cast<double>(waiters->size()), "",
+                        fmt::format("{} pending acquisitions", n));
+        results.push_back(bench::run_waiters(
+            {.label = label, .uri = backend.uri, .waiters = n, .ttl = *ttl, .window = duration}));
       }
     } else {
       for (std::size_t i = 0; i < leases->size(); ++i) {

@@ -12,6 +12,9 @@
 //                by an earlier attempt can do that); --busy B processes spinning beside them
 //   held         hold --leases N (a list) with renewal for --duration; renewal rounds/s, server
 //                commands/s (Redis), client CPU, bytes per lease
+//   waiters      --waiters N (a list) pending acquire_async calls on N keys held by another
+//                Client, then all released; threads, bytes per waiter, server commands/s during
+//                --duration of the wait (Redis), release-to-grant p50/p99, grants
 //
 // Each result is one line on stdout (--json: one JSON object per line, with the machine's cores
 // and fencelock's version). Progress lines go to stderr.
@@ -32,6 +35,7 @@ struct BenchArgs {
   std::string lockers = "1,4,16,64,256";
   int busy = 0;  // throughput: processes that keep the CPUs busy meanwhile
   std::string leases = "1000,10000";
+  std::string waiters = "1000,10000";
   std::string ttl = "30s";
 };
 

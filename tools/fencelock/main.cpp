@@ -262,12 +262,13 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
   bench->footer(
       "fencelock bench [OPTIONS] --scenario NAME\n\n"
       "Scenarios: uncontended (and baseline: the same, the bare driver always runs interleaved),\n"
-      "contended, throughput (per --lockers value), held (per --leases value). Human lines on\n"
-      "stdout; --json: one JSON object per result. See docs/BENCHMARKS.md.\n");
+      "contended, throughput (per --lockers value), held (per --leases value), waiters (per\n"
+      "--waiters value). Human lines on stdout; --json: one JSON object per result. See\n"
+      "docs/BENCHMARKS.md.\n");
   add_backend_options(bench, args.backend, args.json);
   bench
       ->add_option("--scenario", args.scenario,
-                   "uncontended, baseline, contended, throughput, held")
+                   "uncontended, baseline, contended, throughput, held, waiters")
       ->capture_default_str();
   bench->add_option("--duration", args.duration, "Length of each measurement")
       ->type_name("DUR")
@@ -290,7 +291,12 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
   bench->add_option("--leases", args.leases, "held: leases held, a list")
       ->type_name("LIST")
       ->capture_default_str();
-  bench->add_option("--ttl", args.ttl, "held: lease TTL")->type_name("DUR")->capture_default_str();
+  bench->add_option("--waiters", args.waiters, "waiters: pending acquisitions, a list")
+      ->type_name("LIST")
+      ->capture_default_str();
+  bench->add_option("--ttl", args.ttl, "held, waiters: lease TTL")
+      ->type_name("DUR")
+      ->capture_default_str();
   return bench;
 }
 
