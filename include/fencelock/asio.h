@@ -26,8 +26,10 @@
 #pragma once
 
 #include <memory>
+#include <stop_token>
 #include <utility>
 
+#include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/executor_work_guard.hpp>
@@ -52,10 +54,25 @@ auto complete_on_executor(Handler handler) {
     ::asio::post(executor, [pending, value = std::move(value)]() mutable {
       Handler to_call = std::move(pending->first);
       pending->second.reset();
+      // The operation is over: a cancellation handler installed for it goes (Asio's rule).
+      auto slot = ::asio::get_associated_cancellation_slot(to_call);
+      if (slot.is_connected()) slot.clear();
       std::move(to_call)(std::move(value));
     });
   };
 }
+
+// One acquisition's stop: requested by the caller's options.stop or by the handler's
+// cancellation slot.
+struct StopLink {
+  struct Forward {
+    std::stop_source* to;
+    void operator()() const { to->request_stop(); }
+  };
+  explicit StopLink(const std::stop_token& outer) : follow(outer, Forward{&source}) {}
+  std::stop_source source;
+  std::stop_callback<Forward> follow;  // after `source`: goes first
+};
 
 }  // namespace asio_detail
 
@@ -65,7 +82,19 @@ auto async_acquire(Client& client, const LockKey& key, const AcquireOptions& opt
                    CompletionToken&& token) {
   return ::asio::async_initiate<CompletionToken, void(Result<Lease>)>(
       [&client](auto handler, const LockKey& what, const AcquireOptions& how) {
-        client.acquire_async(what, how,
+        auto slot = ::asio::get_associated_cancellation_slot(handler);
+        if (!slot.is_connected()) {
+          client.acquire_async(
+              what, how, asio_detail::complete_on_executor<Result<Lease>>(std::move(handler)));
+          return;
+        }
+        auto link = std::make_shared<asio_detail::StopLink>(how.stop);
+        AcquireOptions linked = how;
+        linked.stop = link->source.get_token();
+        // Emitted on the handler's executor; a stop_source may be requested from any thread.
+        // The completion clears the slot (complete_on_executor), which drops this handler.
+        slot.assign([link](::asio::cancellation_type) { link->source.request_stop(); });
+        client.acquire_async(what, linked,
                              asio_detail::complete_on_executor<Result<Lease>>(std::move(handler)));
       },
       token, key, options);

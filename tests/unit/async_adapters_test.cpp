@@ -15,7 +15,9 @@
 #include "fencelock/coro.h"
 
 #ifdef FENCELOCK_TEST_ASIO
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -155,6 +157,29 @@ TEST(AsioAdapter, UseFutureDeliversTheOutcome) {
       async_acquire(client, key, {.ttl = 5s, .wait = 100ms}, asio::use_future);
   Result<Lease> lease = waited.get();
   EXPECT_EQ(lease.code(), Code::kLocked) << lease.status().to_string();
+}
+
+TEST(AsioAdapter, AnEmittedCancellationSlotCancelsAPendingAcquisition) {
+  Client holder = connect("asio-cancel"), waiter = connect("asio-cancel");
+  auto key = *LockKey::make("asio/cancel");
+  auto held = holder.acquire(key, {.ttl = 30s});
+  ASSERT_TRUE(held.ok());
+  asio::io_context io;
+  asio::cancellation_signal cancel;
+  std::optional<Result<Lease>> got;
+  async_acquire(
+      waiter, key, {.ttl = 5s, .wait = 60s},
+      asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(io, [&](Result<Lease> lease) {
+                                     got.emplace(std::move(lease));
+                                   })));
+  cancel.emit(asio::cancellation_type::terminal);
+  io.run();  // returns once the handler ran
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->code(), Code::kCancelled) << got->status().to_string();
+  ASSERT_TRUE(held->release().ok());
+  auto holder_now = holder.inspect(key);
+  ASSERT_TRUE(holder_now.ok());
+  EXPECT_FALSE(holder_now->has_value()) << "the cancelled acquisition left the key held";
 }
 
 #endif  // FENCELOCK_TEST_ASIO
