@@ -82,6 +82,21 @@ TEST(TortureCli, EtcdIsSafeUnderPauseKillPartitionAndDrop) {
   expect_safe_under_faults(torture(cluster->uri(), kRun, 0), true);
 }
 
+// The same faults with every worker on acquire_async / release_async (--api async): the
+// asynchronous path keeps the contract, and the broken variant is caught there too.
+TEST(TortureCli, TheAsyncApiIsSafeUnderPauseKillPartitionAndDropOnRedlock) {
+  auto cluster = RedisCluster::start(3);
+  std::vector<std::string> run = kRun;
+  run.insert(run.end(), {"--api", "async"});
+  auto r = torture(cluster->redlock_uri(), run, 0);
+  EXPECT_EQ(r.value("api", ""), "async") << r.dump();
+  expect_safe_under_faults(r, true);
+  auto broken =
+      torture(cluster->redlock_uri(),
+              {"--duration", "10s", "--faults", "pause", "--unsafe-no-fence", "--api", "async"}, 1);
+  EXPECT_EQ(broken.value("verdict", ""), "UNSAFE") << broken.dump();
+}
+
 // A server-control program for servers the test started: admin-delete KIND KEY deletes the lock
 // key on every Redis; pause/resume PORT stop and continue the server on PORT.
 std::string write_control_script(const std::string& dir, RedisCluster& cluster) {

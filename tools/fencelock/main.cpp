@@ -233,6 +233,12 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       ->capture_default_str();
   torture->add_option("--key", args.key, "The lock the workers contend for")->capture_default_str();
   torture
+      ->add_option("--api", args.api,
+                   "How the workers call the library: blocking (acquire, release) or async "
+                   "(acquire_async, release_async)")
+      ->check(CLI::IsMember({"blocking", "async"}))
+      ->capture_default_str();
+  torture
       ->add_option("--fence", args.fence,
                    "How the register is guarded: full (fenced reads and writes), write-only "
                    "(lost updates must show), none")
@@ -310,6 +316,7 @@ CLI::App* add_torture_worker(CLI::App& app, torture::WorkerArgs& args) {
   worker->add_option("--critical-ms", args.critical_ms);
   worker->add_option("--key", args.key);
   worker->add_option("--extra-leases", args.extra_leases);
+  worker->add_option("--api", args.api)->check(CLI::IsMember({"blocking", "async"}));
   return worker;
 }
 

@@ -347,7 +347,9 @@ class Orchestrator {
             "--key",
             settings_.key,
             "--extra-leases",
-            std::to_string(wanted(settings_.faults, "many-leases") ? settings_.extra_leases : 0)};
+            std::to_string(wanted(settings_.faults, "many-leases") ? settings_.extra_leases : 0),
+            "--api",
+            settings_.async_api ? "async" : "blocking"};
   }
 
   ActiveFault inject(const std::string& kind, RunRecord& record) {

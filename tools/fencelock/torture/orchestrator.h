@@ -55,6 +55,9 @@ struct RunSettings {
   std::string server_control;
   // many-leases: how many long leases (other keys) each worker holds besides the contended one.
   int extra_leases = 2000;
+  // How the workers take and release their locks: through the blocking calls, or through
+  // acquire_async / release_async (each worker waits for the completion).
+  bool async_api = false;
 };
 
 // The fault kinds run_torture() knows.

@@ -46,6 +46,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
   if (args.extra_leases < 1 || args.extra_leases > 100'000)
     return Status(Code::kInvalidArgument, "--extra-leases must be between 1 and 100000");
   s.extra_leases = args.extra_leases;
+  s.async_api = args.api == "async";
   auto key = LockKey::make(args.key);
   if (!key.ok()) return Status(Code::kInvalidArgument, "--key: " + key.status().message());
   s.key = args.key;
@@ -104,6 +105,7 @@ nlohmann::json report_json(const Report& r, const TortureArgs& args, const RunSe
           {"faults", args.faults},
           {"key", s.key},
           {"fence", fence_name(s.fence)},
+          {"api", s.async_api ? "async" : "blocking"},
           {"fenced", s.fence != FenceMode::kNone},
           {"operations", r.operations},
           {"grants", r.grants},

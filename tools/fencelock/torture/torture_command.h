@@ -42,6 +42,7 @@ struct TortureArgs {
   std::string work_dir;          // where logs go; default a fresh directory under /tmp
   std::string server_control;    // for server-kill, e.g. scripts/servers.sh
   int extra_leases = 2000;       // many-leases: long leases per worker besides the contended one
+  std::string api = "blocking";  // blocking, async: how the workers call the library
 };
 
 int torture_command(const TortureArgs& args);

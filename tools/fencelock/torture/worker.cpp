@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <optional>
 #include <random>
@@ -74,6 +75,7 @@ std::string lease_line(const WorkerArgs& args, std::uint64_t token, Nanos grante
 }
 
 int run_worker(const WorkerArgs& args) {
+  const bool async_api = args.api == "async";
   std::signal(SIGTERM, on_term);
   std::signal(SIGINT, on_term);
   std::signal(SIGUSR1, on_race);
@@ -154,7 +156,8 @@ int run_worker(const WorkerArgs& args) {
           cancel.request_stop();
       });
     }
-    auto lease = client->acquire(key, options);
+    auto lease =
+        async_api ? client->acquire_future(key, options).get() : client->acquire(key, options);
     canceller.reset();
     if (racing && (lease.code() == Code::kCancelled || lease.code() == Code::kLocked)) {
       log->line(nlohmann::json{{"t", "race"},
@@ -226,7 +229,13 @@ int run_worker(const WorkerArgs& args) {
     }
     log->line(lease_line(args, token, granted_at, *lease, lost, fired_at->load(), callback_ran,
                          observed_at));
-    (void)lease->release();
+    if (async_api) {
+      std::promise<Status> released;
+      lease->release_async([&released](const Status& s) { released.set_value(s); });
+      (void)released.get_future().get();
+    } else {
+      (void)lease->release();
+    }
   }
   return 0;
 }

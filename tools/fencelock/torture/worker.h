@@ -27,6 +27,9 @@ struct WorkerArgs {
   int critical_ms = 20;
   std::string key = "torture";
   int extra_leases = 0;  // long leases on other keys held for the whole run (many-leases)
+  // "async": the contended lock is taken with acquire_async and released with release_async
+  // (the worker waits for each completion); "blocking": acquire() and release().
+  std::string api = "blocking";
 };
 
 int run_worker(const WorkerArgs& args);
