@@ -43,22 +43,7 @@ class AsyncConformance : public ::testing::Test {
   std::unique_ptr<Harness> harness_;
 };
 
-struct BackendNames {
-  template <typename T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, MemoryBackendTag>) return "memory";
-    if (std::is_same_v<T, RedisBackendTag>) return "redis";
-    if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
-    if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
-    if (std::is_same_v<T, PostgresAdvisoryBackendTag>) return "postgres_advisory";
-    if (std::is_same_v<T, EtcdBackendTag>) return "etcd";
-    return "unknown";
-  }
-};
-
-using Backends =
-    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
-                     PostgresAdvisoryBackendTag, EtcdBackendTag>;
+using Backends = AllBackends;
 TYPED_TEST_SUITE(AsyncConformance, Backends, BackendNames);
 
 int threads_of_this_process() {

@@ -2,7 +2,7 @@
 // every backend through the public API only. Each test is named after the guarantee it checks.
 //
 // Backends: memory://, redis:// (one real redis-server), redlock:// (three real redis-servers).
-// A backend joins by adding its harness tag to Backends below; the cases never change.
+// A backend joins by adding its harness tag to AllBackends (harness.h); the cases never change.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -39,22 +39,7 @@ class Conformance : public ::testing::Test {
   std::unique_ptr<Harness> harness_;
 };
 
-struct BackendNames {
-  template <typename T>
-  static std::string GetName(int) {
-    if (std::is_same_v<T, MemoryBackendTag>) return "memory";
-    if (std::is_same_v<T, RedisBackendTag>) return "redis";
-    if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
-    if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
-    if (std::is_same_v<T, PostgresAdvisoryBackendTag>) return "postgres_advisory";
-    if (std::is_same_v<T, EtcdBackendTag>) return "etcd";
-    return "unknown";
-  }
-};
-
-using Backends =
-    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
-                     PostgresAdvisoryBackendTag, EtcdBackendTag>;
+using Backends = AllBackends;
 TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
 
 // --- the Lease contract ----------------------------------------------------------------------

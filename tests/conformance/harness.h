@@ -1,13 +1,16 @@
 // Backend harnesses for the conformance suite: one per backend, each giving a fresh, isolated
 // lock service per test and the few server-side observations the suite needs.
 //
-// A new backend joins the suite by adding a harness here and its type to kBackends in
-// conformance_test.cpp; the test cases do not change.
+// A new backend joins both suites (conformance_test.cpp, async_conformance_test.cpp) by adding a
+// harness here and its tag to AllBackends below; the test cases do not change.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <type_traits>
+
+#include <gtest/gtest.h>
 
 #include "fencelock/client.h"
 
@@ -64,6 +67,23 @@ struct PostgresAdvisoryBackendTag {
 };
 struct EtcdBackendTag {
   static std::unique_ptr<Harness> make() { return make_etcd_harness(); }
+};
+
+// Every backend, for TYPED_TEST_SUITE, with the names the suites print.
+using AllBackends =
+    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
+                     PostgresAdvisoryBackendTag, EtcdBackendTag>;
+struct BackendNames {
+  template <typename T>
+  static std::string GetName(int) {
+    if (std::is_same_v<T, MemoryBackendTag>) return "memory";
+    if (std::is_same_v<T, RedisBackendTag>) return "redis";
+    if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
+    if (std::is_same_v<T, PostgresLeaseBackendTag>) return "postgres_lease";
+    if (std::is_same_v<T, PostgresAdvisoryBackendTag>) return "postgres_advisory";
+    if (std::is_same_v<T, EtcdBackendTag>) return "etcd";
+    return "unknown";
+  }
 };
 
 }  // namespace fencelock::testing
