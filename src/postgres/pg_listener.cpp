@@ -31,22 +31,30 @@ std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key) {
   if (!enabled_) return board_.watch(key);
   std::call_once(started_,
                  [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
-  {
-    MutexLock lock(mu_);
-    ready_.wait_for(lock, connect_timeout_,
-                    [&]() FENCELOCK_REQUIRES(mu_) { return listening_ || tried_; });
-  }
+  MutexLock lock(mu_);
+  ready_.wait_for(lock, connect_timeout_,
+                  [&]() FENCELOCK_REQUIRES(mu_) { return listening_ || tried_; });
+  // Made under mu_, so that set_state() sees either a watch made while listening or the flag.
+  if (!listening_) missed_ = true;
   return board_.watch(key);
 }
 
 void PgListener::set_state(bool listening) {
+  bool wake_everyone = false;
   {
     MutexLock lock(mu_);
     listening_ = listening;
     tried_ = true;
+    if (!listening) missed_ = true;  // nothing is heard until the next LISTEN
+    if (listening && missed_) {
+      missed_ = false;
+      wake_everyone = true;
+    }
     ready_.notify_all();
   }
-  board_.notify_all();  // releases may have been missed while not listening: everyone retries
+  // Releases may have been missed while not listening: every watcher retries. Not on a first
+  // LISTEN that every watch waited for (a wake-up for nothing is a try for nothing).
+  if (wake_everyone) board_.notify_all();
 }
 
 void PgListener::run(std::stop_token stop) {

@@ -45,6 +45,10 @@ class PgListener {
   std::condition_variable_any ready_;
   bool listening_ FENCELOCK_GUARDED_BY(mu_) = false;
   bool tried_ FENCELOCK_GUARDED_BY(mu_) = false;  // one connection attempt finished
+  // A watch was made while not listening, or a LISTEN connection was lost: releases may have
+  // been missed, so the next LISTEN wakes every watcher (and only then: a wake-up for nothing is
+  // a try for nothing).
+  bool missed_ FENCELOCK_GUARDED_BY(mu_) = false;
   int wake_fd_ = -1;
   std::once_flag started_;
   std::jthread thread_;
