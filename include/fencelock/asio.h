@@ -50,8 +50,11 @@ auto complete_on_executor(Handler handler) {
   // std::function needs a copyable callable: the move-only handler lives behind a shared_ptr.
   auto pending = std::make_shared<Pending>(std::move(handler), std::move(work));
   return [pending](Value value) {
-    auto executor = pending->second.get_executor();
-    ::asio::post(executor, [pending, value = std::move(value)]() mutable {
+    // A second claim on the executor's work, dropped only once post() has returned on this
+    // thread: otherwise the handler may run, io_context::run() return and the io_context be
+    // destroyed while post() is still waking the io_context's thread (TSan saw it).
+    auto posting = ::asio::make_work_guard(pending->second.get_executor());
+    ::asio::post(posting.get_executor(), [pending, value = std::move(value)]() mutable {
       Handler to_call = std::move(pending->first);
       pending->second.reset();
       // The operation is over: a cancellation handler installed for it goes (Asio's rule).
