@@ -2,7 +2,7 @@
 //
 // The same steps as the blocking path (client_core.cpp, wait_loop.cpp), driven by events: a
 // place in the local queue (its head is told, not polled), tries on an engine thread, and
-// between tries a timer (the holder's remaining TTL, the queue place's refresh) and the
+// between tries a timer (the holder's remaining TTL) and the
 // backend's release events (ReleaseWatch::set_waker) race to start the next try. A stop (the
 // caller's, or the last Client handle going) gives up the same way a blocking call does: the
 // place in the backend's queue is left and nothing stays held.
@@ -170,9 +170,22 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
         waits_
             ? std::clamp(std::chrono::ceil<milliseconds>(deadline_ - now), milliseconds(1), hold_)
             : milliseconds(0);
-    TryResult attempt = core_->backend().try_acquire(
-        GrantRequest{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),
-                     queue_for, start_ticket_});
+    Backend& backend = core_->backend();
+    if (backend.batches_tries()) {
+      // With the tries of other acquisitions that come due now: one write per server.
+      core_->tries().submit(
+          TryBatcher::Request{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),
+                              queue_for, start_ticket_},
+          [self = shared_from_this()](TryResult attempt) { self->after_try(std::move(attempt)); });
+      return;
+    }
+    after_try(backend.try_acquire(GrantRequest{key_, owner_, options_.ttl,
+                                               core_->metadata_for(options_, campaign_), queue_for,
+                                               start_ticket_}));
+  }
+
+  // On an engine thread: what the try gave.
+  void after_try(TryResult attempt) {
     if (attempt.grant) {
       attempt.grant->contended = attempt.grant->contended || found_held_;
       return granted(std::move(*attempt.grant));
@@ -187,8 +200,8 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
                                                        format_duration(options_.wait))));
     }
     if (cancelled()) return give_up(Status(Code::kCancelled, "acquisition cancelled"));
-    // Fallbacks, as in the blocking loop: the holder's remaining TTL, half the queue hold.
-    const milliseconds fallback = std::min(attempt.retry_after, hold_ / 2) + milliseconds(1);
+    // The fallback, as in the blocking loop: the holder's remaining TTL.
+    const milliseconds fallback = attempt.retry_after + milliseconds(1);
     MutexLock lock(mu_);
     if (event_seen_) {  // a release or a stop came during the try: try again (or give up) now
       event_seen_ = false;

@@ -191,6 +191,12 @@ class Backend {
   // One attempt to take the lock. Never leaves a partial grant behind: on any failure the
   // backend has already released (by owner id) whatever it took.
   virtual TryResult try_acquire(const GrantRequest& request) = 0;
+  // Several tries at once (the asynchronous engine gathers those that come due together): one
+  // result per request, in order, each as try_acquire would give it. The default runs them one
+  // after another; a backend that sends them together (one write per server) overrides it and
+  // says so with batches_tries(), and the engine then sends every try through it.
+  virtual std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests);
+  virtual bool batches_tries() const { return false; }
 
   // `owner` is the waiter: a backend that addresses wake-ups to the first waiter in line wakes
   // this watch only for releases addressed to it (or to nobody in particular).

@@ -18,6 +18,7 @@
 #include "core/mutex.h"
 #include "core/renewer.h"
 #include "core/token_history.h"
+#include "core/try_batcher.h"
 #include "fencelock/client.h"
 #include "fencelock/options.h"
 
@@ -46,6 +47,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // The threads of acquire_async and Lease::release_async (started on first use).
   Engine& engine();
   static constexpr int kEngineThreads = 2;
+  // Where asynchronous acquisitions send their tries when the backend batches them.
+  TryBatcher& tries() { return tries_; }
 
   // What both acquire paths share. check_acquire: the argument checks before anything is sent.
   Status check_acquire(const LockKey& key, const AcquireOptions& options, bool campaign) const;
@@ -116,6 +119,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Renewer renewer_;
   std::stop_source closing_;
   std::once_flag engine_started_;
+  TryBatcher tries_{*backend_, [this]() -> Engine& { return engine(); }};
   // Last: it goes first, before anything its tasks use.
   std::unique_ptr<Engine> engine_;
 };

@@ -12,14 +12,21 @@ Result<Grant> Backend::acquire(const AcquireCall& call) {
   return acquire_with_release_events(*this, call);
 }
 
+std::vector<TryResult> Backend::try_acquire_many(std::span<const GrantRequest> requests) {
+  std::vector<TryResult> results;
+  results.reserve(requests.size());
+  for (const GrantRequest& request : requests) results.push_back(try_acquire(request));
+  return results;
+}
+
 Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& call) {
   // The place in the backend's FIFO queue: arrival time, the same on every retry and instance.
   const auto ticket = static_cast<std::uint64_t>(
       std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
   const bool waits = call.wait > milliseconds(0);
-  // How long a place in line outlives its waiter: about one TTL (so that a waiter that died
-  // costs the others no more than a holder that died), within [1 s, kQueueHold].
+  // How long a place in line lasts without its Client's liveness (its first seconds, before
+  // the Client's liveness key is written): about one TTL, within [1 s, kQueueHold].
   const milliseconds hold = std::clamp(call.ttl, milliseconds(1000), kQueueHold);
   // Watch before the first try, so that a release between a failed try and the wait is never
   // missed. (For Redis this subscribes once per Client; later watches cost a map insert.)
@@ -51,9 +58,10 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
       return give_up(Status(Code::kLocked, fmt::format("key is still held after waiting {}",
                                                        format_duration(call.wait))));
     }
-    // Fallbacks: the holder's remaining TTL, for a holder that dies silently; half the queue
-    // hold, to keep this waiter's place in line.
-    milliseconds fallback = std::min(attempt.retry_after, hold / 2) + milliseconds(1);
+    // The fallback, for a holder that dies silently: its remaining TTL (the backend's
+    // retry_after). A place in line needs no refresh by its waiter (Redis: the Client keeps it
+    // alive, scripts/queue.lua).
+    const milliseconds fallback = attempt.retry_after + milliseconds(1);
     watch->wait_until(std::min(call.deadline, now + fallback), call.stop);
     if (call.stop.stop_requested())
       return give_up(Status(Code::kCancelled, "acquisition cancelled"));

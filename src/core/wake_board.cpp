@@ -32,17 +32,23 @@ std::unique_ptr<ReleaseWatch> WakeBoard::watch(const std::string& id) {
   return std::make_unique<BoardWatch>(*this, id, events_for(id));
 }
 
-void WakeBoard::notify(const std::string& id) {
+bool WakeBoard::watching() const {
+  MutexLock lock(mu_);
+  return !slots_.empty();
+}
+
+bool WakeBoard::notify(const std::string& id) {
   std::vector<std::function<void()>> wake;
   {
     MutexLock lock(mu_);
     auto it = slots_.find(id);
-    if (it == slots_.end()) return;
+    if (it == slots_.end()) return false;
     it->second.events++;
     changed_.notify_all();
     for (const auto& [waker_id, waker] : it->second.wakers) wake.push_back(waker);
   }
   for (const auto& waker : wake) waker();
+  return true;
 }
 
 void WakeBoard::notify_all() {

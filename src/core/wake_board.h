@@ -22,8 +22,11 @@ namespace fencelock::detail {
 class WakeBoard {
  public:
   std::unique_ptr<ReleaseWatch> watch(const std::string& id);
-  void notify(const std::string& id);  // ignored when nobody watches `id`
+  // Whether anyone watched `id` (nothing happens when nobody does).
+  bool notify(const std::string& id);
   void notify_all();
+  // Whether anyone watches anything.
+  bool watching() const;
 
  private:
   friend class BoardWatch;

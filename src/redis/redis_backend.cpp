@@ -74,7 +74,16 @@ class RedlockBackend final : public Backend {
         description_(std::move(description)),
         hub_(specs, wake_channel(OwnerId::random().hex()), options.connect_timeout) {
     for (auto& spec : specs) instances_.push_back(std::make_unique<Instance>(spec));
+    std::vector<Instance*> alive_on;
+    for (auto& instance : instances_) alive_on.push_back(instance.get());
+    hub_.attach(std::move(alive_on), options_.io_timeout,
+                [this](int instance, const std::string& owner, const std::string& lock) {
+                  leave_stray_place(instance, owner, lock);
+                });
   }
+
+  // The hub's threads use instances_ and finisher_: stopped before either goes.
+  ~RedlockBackend() override { hub_.stop(); }
 
   std::vector<std::unique_ptr<Instance>>& instances() { return instances_; }
 
@@ -87,7 +96,69 @@ class RedlockBackend final : public Backend {
   milliseconds min_ttl() const override { return milliseconds(10); }
 
   TryResult try_acquire(const GrantRequest& req) override {
+    Attempt attempt = prepare_attempt(req, Clock::now());
+    auto calls = calls_to_all(&attempt.command);
+    fan_out(calls, attempt.io_deadline, majority_then_grace(req.ttl));
+    return conclude_attempt(req, attempt, calls);
+  }
+
+  bool batches_tries() const override { return true; }
+
+  // Round 1 of every request in one pipeline per instance (one write for all of them); the
+  // rest (round 2, a failed attempt's release) per request, as try_acquire does it.
+  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
+    if (requests.size() == 1) return {try_acquire(requests[0])};
     const Clock::time_point sent = Clock::now();
+    std::vector<Attempt> attempts;
+    attempts.reserve(requests.size());
+    Clock::time_point io_deadline = Clock::time_point::max();
+    milliseconds shortest = requests[0].ttl;
+    for (const GrantRequest& req : requests) {
+      attempts.push_back(prepare_attempt(req, sent));
+      io_deadline = std::min(io_deadline, attempts.back().io_deadline);
+      shortest = std::min(shortest, req.ttl);
+    }
+    std::vector<InstanceCall> calls = calls_to_all(nullptr);
+    for (auto& call : calls) {
+      for (const Attempt& attempt : attempts) call.commands.push_back(&attempt.command);
+    }
+    // The shortest cap of the batch bounds all of it: no attempt waits longer than alone.
+    fan_out(calls, io_deadline, majority_then_grace(shortest));
+    std::vector<TryResult> results;
+    results.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      // Request i's part of each instance's pipeline: its reply, or why there is none.
+      std::vector<InstanceCall> own(calls.size());
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        own[c].instance = calls[c].instance;
+        own[c].commands.push_back(&attempts[i].command);
+        own[c].sent = calls[c].sent;
+        if (i < calls[c].replies.size()) {
+          own[c].replies.push_back(std::move(calls[c].replies[i]));
+        } else {
+          own[c].error =
+              calls[c].error.ok()
+                  ? Status(Code::kDeadlineExceeded,
+                           fmt::format("{}: no reply in time", calls[c].instance->address()))
+                  : calls[c].error;
+        }
+      }
+      results.push_back(conclude_attempt(requests[i], attempts[i], own));
+    }
+    return results;
+  }
+
+  // One attempt's round 1, ready to send.
+  struct Attempt {
+    Clock::time_point sent;
+    Clock::time_point validity;
+    Clock::time_point io_deadline;
+    std::string value;
+    std::vector<std::string> owed;
+    std::string command;
+  };
+
+  Attempt prepare_attempt(const GrantRequest& req, Clock::time_point sent) {
     const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
     // A slow or silent instance must not eat the lease: an acquisition waits at most ttl/10
     // (io_timeout if shorter) for any instance, and once a majority has answered the rest get
@@ -117,9 +188,17 @@ class RedlockBackend final : public Backend {
       keys.push_back(tombstone_key(k, released));
       args.push_back(released);
     }
-    std::string cmd = evalsha(lua::acquire_sha1, keys, args);
-    auto calls = calls_to_all(&cmd);
-    fan_out(calls, io_deadline, majority_then_grace(req.ttl));
+    return Attempt{sent,  validity, io_deadline,
+                   value, owed,     evalsha(lua::acquire_sha1, keys, args)};
+  }
+
+  // What round 1's replies (`calls`, one command each) make of the attempt.
+  TryResult conclude_attempt(const GrantRequest& req, const Attempt& attempt,
+                             std::vector<InstanceCall>& calls) {
+    const std::string& k = req.key.str();
+    const std::string& value = attempt.value;
+    const std::vector<std::string>& owed = attempt.owed;
+    const Clock::time_point validity = attempt.validity;
     // Every instance that answered ran those releases: once all did, none is owed any more.
     if (!owed.empty() && std::all_of(calls.begin(), calls.end(), [](const InstanceCall& c) {
           return c.error.ok() && c.replies[0]->type != REDIS_REPLY_ERROR;
@@ -295,6 +374,31 @@ class RedlockBackend final : public Backend {
     return owner.hex() + OwnerId::random().hex().substr(0, 16);
   }
 
+  // A wake-up reached this Client for `owner`, who no longer waits here (its leave of the queue
+  // did not arrive, or the place stayed on an instance that refused a granted attempt): the
+  // place would hold the line for as long as this Client lives, so the leave goes again, to
+  // that instance. Called on a subscriber thread: the finisher sends it.
+  void leave_stray_place(int instance, const std::string& owner, const std::string& lock) {
+    const std::string k = key_from_lock_key(lock);
+    const auto parsed = OwnerId::from_hex(owner);
+    if (k.empty() || !parsed.ok() || instance < 0 || instance >= n()) return;
+    std::string cmd = release_command(k, *parsed, "", /*leave_queue=*/true, milliseconds(0));
+    finisher_.finish(instances_[static_cast<std::size_t>(instance)].get(), k, "", std::move(cmd),
+                     Clock::now() + kQueueHold, options_.io_timeout);
+  }
+
+  // The release script's call: releases `value` (none: '') and leaves the queue when
+  // `leave_queue`; a tombstone for `tombstone` ms where the lock does not hold `value`.
+  static std::string release_command(const std::string& k, const OwnerId& owner,
+                                     const std::string& value, bool leave_queue,
+                                     milliseconds tombstone) {
+    return evalsha(lua::release_sha1,
+                   {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
+                    queue_wake_key(k), tombstone_key(k, value)},
+                   {owner.hex(), leave_queue ? "1" : "0", value,
+                    std::to_string(value.empty() ? 0 : tombstone.count())});
+  }
+
   // Releases `value` (and leaves the queue when `leave_queue`) on every instance, or on those
   // `only` marks; where the lock does not hold `value`, leaves a tombstone for `tombstone` ms
   // (0: none).
@@ -302,11 +406,7 @@ class RedlockBackend final : public Backend {
                       Clock::time_point deadline, bool leave_queue, milliseconds tombstone,
                       const std::vector<bool>& only = {}) {
     const std::string& k = key.str();
-    std::string cmd = evalsha(lua::release_sha1,
-                              {lock_key(k), holder_key(k), queue_key(k), queue_expiry_key(k),
-                               queue_wake_key(k), tombstone_key(k, value)},
-                              {owner.hex(), leave_queue ? "1" : "0", value,
-                               std::to_string(value.empty() ? 0 : tombstone.count())});
+    std::string cmd = release_command(k, owner, value, leave_queue, tombstone);
     auto calls = calls_to_all(&cmd);
     if (!only.empty()) {
       for (std::size_t i = 0; i < calls.size(); ++i) {

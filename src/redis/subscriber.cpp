@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/mutex.h"
 #include "redis/script_replies.h"
@@ -18,13 +19,35 @@ ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_chan
       confirm_timeout_(confirm_timeout),
       instances_(std::move(instances)) {}
 
-ReleaseHub::~ReleaseHub() { subscribers_.clear(); }
+ReleaseHub::~ReleaseHub() { stop(); }
+
+void ReleaseHub::attach(std::vector<Instance*> instances, milliseconds io_timeout,
+                        StrayHandler stray) {
+  alive_on_ = std::move(instances);
+  io_timeout_ = io_timeout;
+  stray_ = std::move(stray);
+}
+
+void ReleaseHub::stop() {
+  if (alive_thread_.joinable()) {
+    alive_thread_.request_stop();
+    {
+      MutexLock lock(mu_);
+      alive_wake_.notify_all();
+    }
+    alive_thread_.join();
+  }
+  subscribers_.clear();
+}
 
 std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
   std::call_once(started_, [&] {
     for (std::size_t i = 0; i < instances_.size(); ++i) {
       subscribers_.push_back(
           std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
+    }
+    if (!alive_on_.empty()) {
+      alive_thread_ = std::jthread([this](const std::stop_token& stop) { keep_alive(stop); });
     }
   });
   {
@@ -37,7 +60,47 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
                            connected_.end());
     });
   }
-  return board_.watch(owner);
+  auto watch = board_.watch(owner);
+  {
+    MutexLock lock(mu_);
+    alive_due_ = true;
+    alive_wake_.notify_all();
+  }
+  return watch;
+}
+
+void ReleaseHub::keep_alive(const std::stop_token& stop) {
+  const std::string beat =
+      format_command({"SET", alive_key(), "1", "PX", std::to_string(kAliveFor.count())});
+  // When each instance last stored the key (nullopt: not while this run of waiters lasts).
+  std::vector<std::optional<Clock::time_point>> stored(alive_on_.size());
+  while (!stop.stop_requested()) {
+    if (board_.watching()) {
+      std::vector<InstanceCall> calls(alive_on_.size());
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        calls[i].instance = alive_on_[i];
+        calls[i].commands.push_back(&beat);
+      }
+      // Every instance at once, each within io_timeout: a silent one delays no other.
+      const Clock::time_point sent = Clock::now();
+      fan_out(calls, sent + io_timeout_);
+      bool lapsed = false;
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        if (!calls[i].error.ok() || calls[i].replies[0]->type == REDIS_REPLY_ERROR) continue;
+        // The key may have expired since the last write: that instance may have dropped this
+        // Client's places, so every waiter tries once more (and takes its place again).
+        if (stored[i] && sent - *stored[i] >= kAliveFor) lapsed = true;
+        stored[i] = sent;
+      }
+      if (lapsed) board_.notify_all();
+    } else {
+      std::fill(stored.begin(), stored.end(), std::nullopt);
+    }
+    MutexLock lock(mu_);
+    alive_wake_.wait_for(lock, stop, kAliveEvery,
+                         [&]() FENCELOCK_REQUIRES(mu_) { return alive_due_; });
+    alive_due_ = false;
+  }
 }
 
 void ReleaseHub::on_subscribed(int instance) {
@@ -46,7 +109,12 @@ void ReleaseHub::on_subscribed(int instance) {
   ready_.notify_all();
 }
 
-void ReleaseHub::on_message(const std::string& payload) { board_.notify(payload); }
+void ReleaseHub::on_message(int instance, const std::string& payload) {
+  const std::size_t space = payload.find(' ');
+  const std::string owner = payload.substr(0, space);
+  if (board_.notify(owner) || space == std::string::npos || !stray_) return;
+  stray_(instance, owner, payload.substr(space + 1));
+}
 
 void ReleaseHub::on_connect_failed(int instance) {
   MutexLock lock(mu_);
@@ -144,7 +212,7 @@ bool Subscriber::serve(std::stop_token stop, Connection& c) {
       if (kind == "subscribe") {
         hub_.on_subscribed(index_);
       } else if (kind == "message") {
-        hub_.on_message(std::string(reply_text(reply->element[2])));
+        hub_.on_message(index_, std::string(reply_text(reply->element[2])));
       }
     }
   }

@@ -141,6 +141,161 @@ TEST(RedisQueue, AWaiterThatGivesUpLeavesTheOthersPlacesInLine) {
   EXPECT_TRUE(first->ok()) << first->status().to_string();
 }
 
+// The server's clock in ms (what the scripts compare places' expiries with).
+long long server_ms(RedisServer& server) {
+  const std::string reply =
+      server.command({"EVAL",
+                      "local t = redis.call('TIME') return "
+                      "tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)",
+                      "0"});
+  return std::stoll(reply);
+}
+
+// A waiter does not refresh its place in line: the place lives on its Client's liveness key
+// after its own expiry has passed, so waiting costs no command per waiter (before, each waiter
+// tried again every half hold: 24 script calls a minute per waiter).
+TEST(RedisQueue, APlaceOutlivesItsOwnExpiryWhileItsClientIsAliveAndTheWaiterDoesNotRetry) {
+  auto server = RedisServer::start();
+  Client holder = connect_or_throw(server->uri());
+  Client patient = connect_or_throw(server->uri());
+  Client newcomer = connect_or_throw(server->uri());
+  auto held = holder.acquire(key("alive"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  // A 1 s TTL: the place's own expiry is 1 s.
+  std::future<Result<Lease>> first = patient.acquire_future(key("alive"), {.ttl = 1s, .wait = 60s});
+  const std::string queue = detail::redis::queue_key("alive");
+  const std::string expiry = detail::redis::queue_expiry_key("alive");
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"ZCARD", queue}) == "1";
+  })) << "the waiter never took its place";
+  const std::string owner = server->command({"ZRANGE", queue, "0", "0"});
+  const std::string expires = server->command({"ZSCORE", expiry, owner});
+  const std::string channel =
+      server->command({"HGET", detail::redis::queue_wake_key("alive"), owner});
+  ASSERT_TRUE(
+      eventually([&] { return server_ms(*server) > std::stoll(expires) + 500; }, 10s, 20ms));
+  EXPECT_GT(std::stoll(server->command({"PTTL", channel + ":alive"})), 0)
+      << "the waiting Client keeps no liveness key";
+  // The newcomer's try finds the place expired by its own clock but its Client alive.
+  EXPECT_EQ(newcomer.acquire(key("alive"), {.ttl = 5s, .wait = 200ms}).code(), Code::kLocked);
+  EXPECT_EQ(server->command({"ZRANGE", queue, "0", "0"}), owner) << "the live place was dropped";
+  EXPECT_EQ(server->command({"ZSCORE", expiry, owner}), expires)
+      << "the waiter tried again (refreshed its place) with nothing to wake it";
+  ASSERT_TRUE(held->release().ok());
+  ASSERT_EQ(first.wait_for(30s), std::future_status::ready);
+  auto granted = first.get();
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
+}
+
+// What a place lives on: its own expiry, or its Client's liveness key; without either it goes at
+// the next try (a crashed Client blocks the line for the key's few seconds at most).
+TEST(RedisQueue, AnExpiredPlaceWhoseClientIsNotAliveGoesAtTheNextTry) {
+  auto server = RedisServer::start();
+  Client client = connect_or_throw(server->uri());
+  const std::string ghost = OwnerId::random().hex();
+  const std::string channel = detail::redis::wake_channel("crashed-client");
+  const std::string past = std::to_string(server_ms(*server) - 1000);
+  ASSERT_EQ(server->command({"ZADD", detail::redis::queue_key("gone"), "1", ghost}), "1");
+  ASSERT_EQ(server->command({"ZADD", detail::redis::queue_expiry_key("gone"), past, ghost}), "1");
+  ASSERT_EQ(server->command({"HSET", detail::redis::queue_wake_key("gone"), ghost, channel}), "1");
+  ASSERT_EQ(server->command({"SET", channel + ":alive", "1", "PX", "60000"}), "OK");
+  EXPECT_EQ(client.acquire(key("gone"), {.ttl = 5s}).code(), Code::kLocked)
+      << "a free lock kept for an earlier waiter whose Client is alive was granted to another";
+  ASSERT_EQ(server->command({"DEL", channel + ":alive"}), "1");
+  auto granted = client.acquire(key("gone"), {.ttl = 5s});
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
+  EXPECT_EQ(server->command({"ZCARD", detail::redis::queue_key("gone")}), "0");
+}
+
+// A place whose waiter is gone but whose Client lives (its leave never arrived) would hold the
+// line for the Client's whole life: the waiter behind it wakes that Client, which has no such
+// waiter and sends the leave again, which wakes the waiter behind.
+TEST(RedisQueue, AStrayPlaceOfALiveClientIsLeftWhenTheNextWaiterFindsIt) {
+  auto server = RedisServer::start();
+  Client holder = connect_or_throw(server->uri());
+  Client stray_owner = connect_or_throw(server->uri());
+  Client next = connect_or_throw(server->uri());
+  // stray_owner waits for another key, so it is alive (and keeps its liveness key).
+  auto held = holder.acquire(key("elsewhere"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  std::future<Result<Lease>> elsewhere =
+      stray_owner.acquire_future(key("elsewhere"), {.ttl = 5s, .wait = 60s});
+  const std::string other_wake = detail::redis::queue_wake_key("elsewhere");
+  ASSERT_TRUE(eventually([&] { return server->command({"HLEN", other_wake}) == "1"; }));
+  const std::string waiter = server->command({"HKEYS", other_wake});
+  const std::string channel = server->command({"HGET", other_wake, waiter});
+  ASSERT_TRUE(eventually([&] { return server->command({"EXISTS", channel + ":alive"}) == "1"; }));
+  // A place of stray_owner's in the line of "stray" with no waiter behind it in that Client,
+  // already past its own expiry.
+  const std::string ghost = OwnerId::random().hex();
+  const std::string past = std::to_string(server_ms(*server) - 1000);
+  ASSERT_EQ(server->command({"ZADD", detail::redis::queue_key("stray"), "1", ghost}), "1");
+  ASSERT_EQ(server->command({"ZADD", detail::redis::queue_expiry_key("stray"), past, ghost}), "1");
+  ASSERT_EQ(server->command({"HSET", detail::redis::queue_wake_key("stray"), ghost, channel}), "1");
+  auto granted = next.acquire(key("stray"), {.ttl = 5s, .wait = 20s});
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
+  EXPECT_EQ(server->command({"ZSCORE", detail::redis::queue_key("stray"), ghost}), "(nil)")
+      << "the stray place is still in line";
+  ASSERT_TRUE(held->release().ok());
+  ASSERT_EQ(elsewhere.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(elsewhere.get().ok());
+}
+
+// The asynchronous engine sends the tries that come due together as one batch: round 1 of all
+// of them in one pipeline per instance. Each request still gets its own outcome, as a lone try
+// would, also with a minority instance stopped.
+TEST(RedisBatchedTries, OneBatchGrantsTheFreeKeysReportsTheHeldOnesAndOutlastsAStoppedMinority) {
+  auto cluster = RedisCluster::start(3);
+  auto parsed = detail::parse_uri(cluster->redlock_uri(), 6379);
+  ASSERT_TRUE(parsed.ok());
+  auto backend = detail::make_redis_backend(*parsed, ClientOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  auto other = detail::make_redis_backend(*parsed, ClientOptions{});
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  ASSERT_TRUE((*backend)->batches_tries());
+  const std::string metadata;
+  const LockKey held_key = key("batch/held");
+  const OwnerId holder = OwnerId::random();
+  auto held = (*other)->try_acquire(detail::GrantRequest{held_key, holder, 30s, metadata});
+  ASSERT_TRUE(held.grant.has_value()) << held.status.to_string();
+
+  const std::vector<LockKey> keys = {key("batch/a"), held_key, key("batch/c")};
+  const std::vector<OwnerId> owners = {OwnerId::random(), OwnerId::random(), OwnerId::random()};
+  auto try_all = [&] {
+    std::vector<detail::GrantRequest> requests;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      requests.push_back(detail::GrantRequest{keys[i], owners[i], 10s, metadata});
+    }
+    return (*backend)->try_acquire_many(requests);
+  };
+  auto results = try_all();
+  ASSERT_EQ(results.size(), 3u);
+  ASSERT_TRUE(results[0].grant.has_value()) << results[0].status.to_string();
+  EXPECT_EQ(results[1].status.code(), Code::kLocked) << results[1].status.to_string();
+  EXPECT_GT(results[1].retry_after, 20s) << "the holder's remaining TTL";
+  ASSERT_TRUE(results[2].grant.has_value()) << results[2].status.to_string();
+  EXPECT_GT(results[0].grant->token.value(), 0u);
+  EXPECT_NE(results[0].grant->backend_key, results[2].grant->backend_key);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*cluster)[i].command({"GET", lock_key("batch/a")}), results[0].grant->backend_key);
+  }
+  const auto deadline = [] { return Clock::now() + 2s; };
+  for (std::size_t i : {0u, 2u}) {
+    ASSERT_TRUE(
+        (*backend)
+            ->release_grant(keys[i], owners[i], results[i].grant->backend_key, 10s, deadline())
+            .ok());
+  }
+  // One instance stopped: the majority's answers decide every request of the batch.
+  (*cluster)[2].pause();
+  results = try_all();
+  (*cluster)[2].resume();
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].grant.has_value()) << results[0].status.to_string();
+  EXPECT_EQ(results[1].status.code(), Code::kLocked) << results[1].status.to_string();
+  EXPECT_TRUE(results[2].grant.has_value()) << results[2].status.to_string();
+}
+
 // Fencing counters carry no TTL but live in the keyspace: an evicting Redis can drop them and
 // tokens repeat (1, 2, ... 14, then 1 again). connect() refuses allkeys-* policies unless the URI
 // accepts the risk; volatile-* and noeviction never evict a key without a TTL.

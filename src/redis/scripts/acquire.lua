@@ -19,26 +19,27 @@
 -- Returns {1, counter, ahead_ms} when granted: the counter as canonical decimal text (it only
 -- grows; seeded from this server's clock, counter.lua) and how far the stored counter was ahead
 -- of this server's clock; {0, retry_ms} when not: the holder's PTTL, or, when the lock is free but
--- reserved for an earlier waiter, how long that waiter's place lasts.
+-- reserved for an earlier waiter, how long that waiter's place lasts at least (queue.lua; that
+-- waiter is woken too).
 -- An attempt whose release came first (its tombstone exists: release.lua) does nothing at all and
 -- returns {0, 1}: nobody waits for that reply any more, and a lock or a place in line taken now
 -- would be held by nobody.
 --@include tokens.lua
 --@include counter.lua
+--@include queue.lua
 if redis.call('EXISTS', KEYS[7]) == 1 then
   return {0, 1}
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owed = tonumber(ARGV[8] or '0')
 for i = 1, owed do
   local released = ARGV[9 + i]
   if redis.call('GET', KEYS[1]) == released then
     redis.call('DEL', KEYS[1], KEYS[3])
-    local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    local first = fencelock_queue_head(KEYS[4], KEYS[5], KEYS[6], now)
     if first and first ~= ARGV[1] then
-      local channel = redis.call('HGET', KEYS[6], first)
-      if channel then
-        redis.call('PUBLISH', channel, first)
-      end
+      fencelock_queue_wake(KEYS[6], first, KEYS[1])
     end
   elseif redis.call('PTTL', KEYS[7 + i]) < tonumber(ARGV[9]) then
     -- Never shortens a tombstone that a release with a longer TTL left.
@@ -46,17 +47,10 @@ for i = 1, owed do
   end
 end
 local owner = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Waiters that stopped refreshing their place (crashed, gave up) lose it.
-for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)) do
-  redis.call('ZREM', KEYS[4], stale)
-  redis.call('ZREM', KEYS[5], stale)
-  redis.call('HDEL', KEYS[6], stale)
-end
 -- Checked before the lock is written: an error after the SET would leave it held by nobody.
 local stored, floor = fencelock_counter_start(KEYS[2], now)
-local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+-- Places of waiters that are gone (their place expired and their Client is not alive) go.
+local head, head_lasts = fencelock_queue_head(KEYS[4], KEYS[5], KEYS[6], now)
 if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[2]) then
   if head ~= nil then
     redis.call('ZREM', KEYS[4], owner)
@@ -72,17 +66,23 @@ if queue_ms > 0 then
   redis.call('ZADD', KEYS[4], ARGV[5], owner)
   redis.call('ZADD', KEYS[5], now + queue_ms, owner)
   redis.call('HSET', KEYS[6], owner, ARGV[6])
-  -- The queue lives as long as its longest place: only ever extend its expiry (a waiter that
-  -- gives up sends a short queue_ms and must not take everyone's place with it).
+  -- The queue lives until its waiters' next try at the latest: the holder's remaining TTL (when
+  -- they retry if no release woke them) and twice the place's hold after it. Only ever extended
+  -- (a waiter that gives up sends a short queue_ms and must not take everyone's place with it).
+  local keep = queue_ms * 2 + math.max(redis.call('PTTL', KEYS[1]), 0)
   for i = 4, 6 do
     -- PTTL is -1 for a key the ZADD/HSET above just created (no expiry yet).
-    if redis.call('PTTL', KEYS[i]) < queue_ms * 2 then
-      redis.call('PEXPIRE', KEYS[i], queue_ms * 2)
+    if redis.call('PTTL', KEYS[i]) < keep then
+      redis.call('PEXPIRE', KEYS[i], keep)
     end
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl < 0 and head ~= nil then
-  pttl = math.max(tonumber(redis.call('ZSCORE', KEYS[5], head) or now) - now, 1)
+if pttl == -2 and head ~= nil and head ~= owner then
+  -- Free, but kept for an earlier waiter: wake it (it may be asleep, or gone without its leave
+  -- arriving: its Client then sends the leave again, which wakes the next waiter); retry when
+  -- its place could lapse at the latest.
+  fencelock_queue_wake(KEYS[6], head, KEYS[1])
+  pttl = math.max(head_lasts, 1)
 end
 return {0, pttl}

@@ -10,25 +10,32 @@
 -- the attempt's acquire may still be on its way (sent on a connection the client gave up on:
 -- a delaying proxy, a server that had not read it yet); the tombstone makes it do nothing when it
 -- runs, instead of taking the lock for nobody.
--- Publishes the first waiter's owner id on that waiter's own wake channel: one release wakes
--- exactly one waiter.
+-- Wakes the first live waiter in line (queue.lua) on its Client's own wake channel when the
+-- lock is free after this: one release wakes exactly one waiter. A leave of a free lock wakes the
+-- next waiter too (the one leaving may have been the one woken).
 -- Returns 1 when the lock was deleted, 0 when it was not this value's (or already gone).
+--@include queue.lua
+local function wake_first()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local head = fencelock_queue_head(KEYS[3], KEYS[4], KEYS[5], now)
+  if head then
+    fencelock_queue_wake(KEYS[5], head, KEYS[1])
+  end
+end
 if ARGV[2] == '1' then
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  local left = redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
+  if left == 1 and ARGV[3] == '' and redis.call('EXISTS', KEYS[1]) == 0 then
+    wake_first()
+  end
 end
 -- GET through pcall: a lock key someone replaced with another type is not this value's (a
 -- WRONGTYPE error reply would have the release sent again for the tombstone's whole life).
 if ARGV[3] ~= '' and redis.pcall('GET', KEYS[1]) == ARGV[3] then
   redis.call('DEL', KEYS[1], KEYS[2])
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head then
-    local channel = redis.call('HGET', KEYS[5], head)
-    if channel then
-      redis.call('PUBLISH', channel, head)
-    end
-  end
+  wake_first()
   return 1
 end
 if ARGV[3] ~= '' and ARGV[4] ~= '0' and redis.call('PTTL', KEYS[6]) < tonumber(ARGV[4]) then

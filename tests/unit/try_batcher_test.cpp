@@ -1,0 +1,164 @@
+// TryBatcher: tries that come due while a batch runs go to the backend together, in order, and
+// each caller hears its own outcome once.
+#include "core/try_batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <string>
+#include <vector>
+
+#include "core/mutex.h"
+
+namespace fencelock::detail {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kEventBound = 10s;
+
+// Answers every try with kLocked and retry_after = the try's ticket in ms (so each caller can
+// tell its own answer); the first call blocks until let go.
+class BatchRecordingBackend final : public Backend {
+ public:
+  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
+    MutexLock lock(mu_);
+    std::vector<std::string> keys;
+    for (const GrantRequest& r : requests) keys.push_back(r.key.str());
+    batches_.push_back(keys);
+    changed_.notify_all();
+    if (batches_.size() == 1) {
+      changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) { return let_go_; });
+    }
+    std::vector<TryResult> out;
+    for (const GrantRequest& r : requests) {
+      out.push_back(TryResult{Status(Code::kLocked, "held"), std::nullopt,
+                              milliseconds(static_cast<long long>(r.ticket))});
+    }
+    return out;
+  }
+  bool batches_tries() const override { return true; }
+
+  bool wait_for_batches(std::size_t n) {
+    MutexLock lock(mu_);
+    return changed_.wait_for(lock, kEventBound,
+                             [&]() FENCELOCK_REQUIRES(mu_) { return batches_.size() >= n; });
+  }
+  void let_go() {
+    MutexLock lock(mu_);
+    let_go_ = true;
+    changed_.notify_all();
+  }
+  std::vector<std::vector<std::string>> batches() const {
+    MutexLock lock(mu_);
+    return batches_;
+  }
+
+  milliseconds min_ttl() const override { return 1ms; }
+  TryResult try_acquire(const GrantRequest&) override {
+    return TryResult{Status(Code::kInternal, "tries go through try_acquire_many"), std::nullopt,
+                     0ms};
+  }
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    return std::vector<RenewOutcome>(items.size());
+  }
+  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
+    return Status::Ok();
+  }
+  Result<std::optional<HolderRow>> inspect(const LockKey&) override {
+    return Status(Code::kInternal, "not in this fake");
+  }
+  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
+    return Status(Code::kInternal, "not in this fake");
+  }
+  std::string describe() const override { return "fake://"; }
+
+ private:
+  mutable Mutex mu_;
+  std::condition_variable_any changed_;
+  std::vector<std::vector<std::string>> batches_ FENCELOCK_GUARDED_BY(mu_);
+  bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
+};
+
+TryBatcher::Request request(int i) {
+  return TryBatcher::Request{*LockKey::make("k" + std::to_string(i)),
+                             OwnerId::random(),
+                             1s,
+                             "",
+                             1s,
+                             static_cast<std::uint64_t>(i)};
+}
+
+TEST(TryBatcher, TriesThatComeDueDuringABatchGoTogetherInOrderAndEachHearsItsOwnOutcome) {
+  BatchRecordingBackend backend;
+  Engine engine(2);
+  TryBatcher batcher(backend, [&]() -> Engine& { return engine; });
+  constexpr int kTries = 50;
+  Mutex mu;
+  std::condition_variable_any answered;
+  std::vector<int> answers(kTries, 0);       // how often each try was answered
+  std::vector<long long> retry(kTries, -1);  // what each heard
+  int total = 0;
+  auto submit = [&](int i) {
+    batcher.submit(request(i), [&, i](TryResult result) {
+      MutexLock lock(mu);
+      answers[static_cast<std::size_t>(i)]++;
+      retry[static_cast<std::size_t>(i)] = result.retry_after.count();
+      total++;
+      answered.notify_all();
+    });
+  };
+  submit(0);  // a lone try goes out at once ...
+  ASSERT_TRUE(backend.wait_for_batches(1));
+  for (int i = 1; i < kTries; ++i) submit(i);  // ... the rest wait for it, then go together
+  backend.let_go();
+  {
+    MutexLock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, kEventBound, [&] { return total == kTries; }));
+  }
+  const auto batches = backend.batches();
+  ASSERT_EQ(batches.size(), 2u) << "the waiting tries were not sent as one batch";
+  EXPECT_EQ(batches[0], std::vector<std::string>{"k0"});
+  ASSERT_EQ(batches[1].size(), static_cast<std::size_t>(kTries - 1));
+  for (int i = 1; i < kTries; ++i) {
+    EXPECT_EQ(batches[1][static_cast<std::size_t>(i - 1)], "k" + std::to_string(i));
+  }
+  MutexLock lock(mu);
+  for (int i = 0; i < kTries; ++i) {
+    EXPECT_EQ(answers[static_cast<std::size_t>(i)], 1) << "try " << i;
+    EXPECT_EQ(retry[static_cast<std::size_t>(i)], i) << "try " << i << " heard another's outcome";
+  }
+}
+
+TEST(TryBatcher, ABatchTakesAtMostMaxBatchTriesAndTheRestFollow) {
+  BatchRecordingBackend backend;
+  Engine engine(2);
+  TryBatcher batcher(backend, [&]() -> Engine& { return engine; });
+  const int tries = static_cast<int>(TryBatcher::kMaxBatch) + 10;
+  Mutex mu;
+  std::condition_variable_any answered;
+  int total = 0;
+  auto submit = [&](int i) {
+    batcher.submit(request(i), [&](TryResult) {
+      MutexLock lock(mu);
+      total++;
+      answered.notify_all();
+    });
+  };
+  submit(0);
+  ASSERT_TRUE(backend.wait_for_batches(1));
+  for (int i = 1; i < tries; ++i) submit(i);
+  backend.let_go();
+  {
+    MutexLock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, kEventBound, [&] { return total == tries; }));
+  }
+  const auto batches = backend.batches();
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[1].size(), TryBatcher::kMaxBatch);
+  EXPECT_EQ(batches[2].size(), 9u);
+}
+
+}  // namespace
+}  // namespace fencelock::detail
