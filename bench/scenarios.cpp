@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -314,6 +316,59 @@ class BusyProcesses {
 
 }  // namespace
 
+// C chains of acquire_async -> release_async -> acquire_async ... on keys of their own, until
+// `duration` has passed; returns cycles/s and failures, like concurrent_cycles.
+std::pair<double, int> async_cycles(Client& client, const std::vector<LockKey>& keys,
+                                    std::chrono::milliseconds duration) {
+  struct Chains {
+    Client& client;
+    const std::vector<LockKey>& keys;
+    Clock::time_point end;
+    std::atomic<long> cycles{0};
+    std::atomic<int> failures{0};
+    fencelock::detail::Mutex mu;
+    std::condition_variable_any finished;
+    int running FENCELOCK_GUARDED_BY(mu) = 0;
+
+    void start(std::size_t i) {
+      const AcquireOptions options{.ttl = std::chrono::seconds(10)};
+      client.acquire_async(keys[i], options, [this, i](Result<Lease> lease) {
+        if (!lease.ok()) {
+          failures++;
+          return next(i);
+        }
+        auto held = std::make_shared<Lease>(std::move(*lease));
+        held->release_async([this, i, held](const Status& released) {
+          if (released.ok()) {
+            cycles++;
+          } else {
+            failures++;
+          }
+          next(i);
+        });
+      });
+    }
+    void next(std::size_t i) {
+      if (Clock::now() < end) return start(i);
+      fencelock::detail::MutexLock lock(mu);
+      if (--running == 0) finished.notify_all();
+    }
+  };
+  const auto begin = Clock::now();
+  Chains chains{client, keys, begin + duration};
+  {
+    fencelock::detail::MutexLock lock(chains.mu);
+    chains.running = static_cast<int>(keys.size());
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) chains.start(i);
+  {
+    fencelock::detail::MutexLock lock(chains.mu);
+    chains.finished.wait(lock, [&]() FENCELOCK_REQUIRES(chains.mu) { return chains.running == 0; });
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+  return {static_cast<double>(chains.cycles.load()) / seconds, chains.failures.load()};
+}
+
 nlohmann::json run_throughput(const ThroughputConfig& config) {
   Client client = connect(config.uri);
   std::vector<LockKey> keys;
@@ -326,7 +381,12 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
   std::atomic<int> locked{0}, locked_after_failed_release{0};
   std::vector<char> release_failed(keys.size(), 0);  // each thread its own element
   std::pair<double, int> measured;
-  {
+  const auto cpu0 = process_cpu_time();
+  const auto wall0 = Clock::now();
+  if (config.async) {
+    BusyProcesses busy(config.busy);
+    measured = async_cycles(client, keys, config.duration);
+  } else {
     BusyProcesses busy(config.busy);
     measured = concurrent_cycles(config.lockers, config.duration, [&](int t) {
       const auto i = static_cast<std::size_t>(t);
@@ -344,21 +404,30 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
     });
   }
   const auto [rate, failures] = measured;
+  // Client CPU per cycle: the whole process's, over the measurement (the busy processes are
+  // children, not counted).
+  const double seconds = std::chrono::duration<double>(Clock::now() - wall0).count();
+  const double cpu_us =
+      static_cast<double>((process_cpu_time() - cpu0).count()) / std::max(1.0, rate * seconds);
   fmt::print(
-      "{:<8} throughput   {} lockers, distinct keys{}: fencelock {:>7.0f} cycles/s ({:.1f}x the "
-      "sequential {:.0f})  failures {} (held by an orphan: {}; refused after a release that "
-      "said it was still held: {})\n",
-      config.label, config.lockers,
+      "{:<8} throughput   {} {} lockers, distinct keys{}: fencelock {:>7.0f} cycles/s ({:.1f}x the "
+      "sequential {:.0f})  cpu {:.1f} us/cycle ({:.2f}x the sequential {:.1f})  failures {} "
+      "(held by an orphan: {}; refused after a release that said it was still held: {})\n",
+      config.label, config.lockers, config.async ? "async" : "thread",
       config.busy > 0 ? fmt::format(", {} busy processes", config.busy) : std::string(), rate,
-      rate / config.sequential_cycles_per_s, config.sequential_cycles_per_s, failures,
-      locked.load(), locked_after_failed_release.load());
+      rate / config.sequential_cycles_per_s, config.sequential_cycles_per_s, cpu_us,
+      config.sequential_cpu_us > 0 ? cpu_us / config.sequential_cpu_us : 0.0,
+      config.sequential_cpu_us, failures, locked.load(), locked_after_failed_release.load());
   nlohmann::json out = {
       {"backend", config.label},
       {"scenario", "throughput"},
       {"lockers", config.lockers},
+      {"api", config.async ? "async" : "blocking"},
       {"busy_processes", config.busy},
+      {"sequential_cpu_us_per_cycle", config.sequential_cpu_us},
       {"fencelock",
        {{"cycles_per_s", rate},
+        {"cpu_us_per_cycle", cpu_us},
         {"failures", failures},
         {"failures_locked", locked.load()},
         {"failures_locked_after_failed_release", locked_after_failed_release.load()}}},

@@ -36,6 +36,10 @@ struct ThroughputConfig {
   int busy = 0;      // processes spinning on the CPUs meanwhile (a busy machine)
   std::chrono::milliseconds duration{5000};
   double sequential_cycles_per_s = 0;  // from run_uncontended, for the comparison
+  double sequential_cpu_us = 0;        // client CPU per sequential cycle, likewise
+  // The lockers are chains of acquire_async / release_async on the Client's engine instead of
+  // threads calling acquire / release.
+  bool async = false;
 };
 // C concurrent lockers on distinct keys through one Client (one session, one connection set).
 // Failures are counted, and apart those refused as held (kLocked): on keys of their own, only a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -106,46 +107,78 @@ class RedlockBackend final : public Backend {
 
   // Round 1 of every request in one pipeline per instance (one write for all of them); the
   // rest (round 2, a failed attempt's release) per request, as try_acquire does it.
+  //
+  // Only tries whose TTL is at least kBatchMinTtl go together, and only with tries of the same
+  // acquisition cap: a batch shares one send time (validity counts from it) and one deadline,
+  // which a short TTL cannot spare (a 20 ms lease would be gone before a long pipeline's last
+  // reply) and must not impose on the others. The shorter ones go alone. The tries that reached
+  // a majority are concluded first, so that a failed one's release never delays a grant.
+  static constexpr milliseconds kBatchMinTtl{1000};
   std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
-    if (requests.size() == 1) return {try_acquire(requests[0])};
-    const Clock::time_point sent = Clock::now();
-    std::vector<Attempt> attempts;
-    attempts.reserve(requests.size());
-    Clock::time_point io_deadline = Clock::time_point::max();
-    milliseconds shortest = requests[0].ttl;
-    for (const GrantRequest& req : requests) {
-      attempts.push_back(prepare_attempt(req, sent));
-      io_deadline = std::min(io_deadline, attempts.back().io_deadline);
-      shortest = std::min(shortest, req.ttl);
-    }
-    std::vector<InstanceCall> calls = calls_to_all(nullptr);
-    for (auto& call : calls) {
-      for (const Attempt& attempt : attempts) call.commands.push_back(&attempt.command);
-    }
-    // The shortest cap of the batch bounds all of it: no attempt waits longer than alone.
-    fan_out(calls, io_deadline, majority_then_grace(shortest));
-    std::vector<TryResult> results;
-    results.reserve(requests.size());
+    std::vector<std::optional<TryResult>> results(requests.size());
+    std::map<milliseconds, std::vector<std::size_t>> batches;  // by acquisition cap
     for (std::size_t i = 0; i < requests.size(); ++i) {
-      // Request i's part of each instance's pipeline: its reply, or why there is none.
-      std::vector<InstanceCall> own(calls.size());
-      for (std::size_t c = 0; c < calls.size(); ++c) {
-        own[c].instance = calls[c].instance;
-        own[c].commands.push_back(&attempts[i].command);
-        own[c].sent = calls[c].sent;
-        if (i < calls[c].replies.size()) {
-          own[c].replies.push_back(std::move(calls[c].replies[i]));
-        } else {
-          own[c].error =
-              calls[c].error.ok()
-                  ? Status(Code::kDeadlineExceeded,
-                           fmt::format("{}: no reply in time", calls[c].instance->address()))
-                  : calls[c].error;
+      if (requests[i].ttl < kBatchMinTtl) {
+        results[i] = try_acquire(requests[i]);
+      } else {
+        batches[acquire_io_cap(requests[i].ttl)].push_back(i);
+      }
+    }
+    for (const auto& [cap, members] : batches) {
+      if (members.size() == 1) {
+        results[members[0]] = try_acquire(requests[members[0]]);
+        continue;
+      }
+      const Clock::time_point sent = Clock::now();
+      std::vector<Attempt> attempts;
+      attempts.reserve(members.size());
+      Clock::time_point io_deadline = Clock::time_point::max();
+      milliseconds shortest = milliseconds::max();
+      for (std::size_t i : members) {
+        attempts.push_back(prepare_attempt(requests[i], sent));
+        io_deadline = std::min(io_deadline, attempts.back().io_deadline);
+        shortest = std::min(shortest, requests[i].ttl);
+      }
+      std::vector<InstanceCall> calls = calls_to_all(nullptr);
+      for (auto& call : calls) {
+        for (const Attempt& attempt : attempts) call.commands.push_back(&attempt.command);
+      }
+      fan_out(calls, io_deadline, majority_then_grace(shortest));
+      // Member m's part of each instance's pipeline: its reply, or why there is none.
+      std::vector<std::vector<InstanceCall>> own(members.size());
+      std::vector<std::size_t> granted_first, others;
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        own[m].resize(calls.size());
+        int grants = 0;
+        for (std::size_t c = 0; c < calls.size(); ++c) {
+          InstanceCall& part = own[m][c];
+          part.instance = calls[c].instance;
+          part.commands.push_back(&attempts[m].command);
+          part.sent = calls[c].sent;
+          if (m < calls[c].replies.size()) {
+            part.replies.push_back(std::move(calls[c].replies[m]));
+            const auto answer = interpret_acquire_reply(*part.replies[0]);
+            if (answer && answer->granted) grants++;
+          } else {
+            part.error =
+                calls[c].error.ok()
+                    ? Status(Code::kDeadlineExceeded,
+                             fmt::format("{}: no reply in time", calls[c].instance->address()))
+                    : calls[c].error;
+          }
+        }
+        (has_quorum(grants, n()) ? granted_first : others).push_back(m);
+      }
+      for (const auto* order : {&granted_first, &others}) {
+        for (std::size_t m : *order) {
+          results[members[m]] = conclude_attempt(requests[members[m]], attempts[m], own[m]);
         }
       }
-      results.push_back(conclude_attempt(requests[i], attempts[i], own));
     }
-    return results;
+    std::vector<TryResult> out;
+    out.reserve(results.size());
+    for (auto& result : results) out.push_back(std::move(*result));
+    return out;
   }
 
   // One attempt's round 1, ready to send.

@@ -81,9 +81,10 @@ void ReleaseHub::keep_alive(const std::stop_token& stop) {
         calls[i].instance = alive_on_[i];
         calls[i].commands.push_back(&beat);
       }
-      // Every instance at once, each within io_timeout: a silent one delays no other.
+      // Every instance at once, each within io_timeout and within the period: a silent one
+      // delays no other, nor the next write to the others.
       const Clock::time_point sent = Clock::now();
-      fan_out(calls, sent + io_timeout_);
+      fan_out(calls, sent + std::min<milliseconds>(io_timeout_, kAliveEvery));
       bool lapsed = false;
       for (std::size_t i = 0; i < calls.size(); ++i) {
         if (!calls[i].error.ok() || calls[i].replies[0]->type == REDIS_REPLY_ERROR) continue;
@@ -104,9 +105,16 @@ void ReleaseHub::keep_alive(const std::stop_token& stop) {
 }
 
 void ReleaseHub::on_subscribed(int instance) {
-  MutexLock lock(mu_);
-  subscribed_on_.insert(instance);
-  ready_.notify_all();
+  {
+    MutexLock lock(mu_);
+    subscribed_on_.insert(instance);
+    ready_.notify_all();
+  }
+  // Every waiter retries once: a wake-up may have gone unheard while this instance's
+  // subscription was down (and its places there may have been dropped meanwhile: the retry takes
+  // them again). Only now that the subscription is confirmed, so no release after the retry is
+  // missed.
+  board_.notify_all();
 }
 
 void ReleaseHub::on_message(int instance, const std::string& payload) {
@@ -134,7 +142,6 @@ void ReleaseHub::on_connection(int instance, bool up) {
     }
     ready_.notify_all();
   }
-  board_.notify_all();  // every waiter retries once: a wake-up may have gone unheard
 }
 
 Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)

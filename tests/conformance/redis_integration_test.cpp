@@ -194,6 +194,12 @@ TEST(RedisQueue, AnExpiredPlaceWhoseClientIsNotAliveGoesAtTheNextTry) {
   Client client = connect_or_throw(server->uri());
   const std::string ghost = OwnerId::random().hex();
   const std::string channel = detail::redis::wake_channel("crashed-client");
+  // Something listens on the channel (a Client whose wake-up nobody hears is gone at once).
+  ChildProcess listener = ChildProcess::spawn(
+      {"redis-cli", "-p", std::to_string(server->port()), "SUBSCRIBE", channel});
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"PUBSUB", "NUMSUB", channel}) == channel + "\n1";
+  })) << "redis-cli never subscribed";
   const std::string past = std::to_string(server_ms(*server) - 1000);
   ASSERT_EQ(server->command({"ZADD", detail::redis::queue_key("gone"), "1", ghost}), "1");
   ASSERT_EQ(server->command({"ZADD", detail::redis::queue_expiry_key("gone"), past, ghost}), "1");
@@ -239,6 +245,69 @@ TEST(RedisQueue, AStrayPlaceOfALiveClientIsLeftWhenTheNextWaiterFindsIt) {
   ASSERT_TRUE(held->release().ok());
   ASSERT_EQ(elsewhere.wait_for(30s), std::future_status::ready);
   EXPECT_TRUE(elsewhere.get().ok());
+}
+
+// Puts a place for `owner` in the line of `name` directly: first in line (ticket 1), its own
+// expiry `lasts_ms` from now, waking on `channel`.
+void inject_place(RedisServer& server, const std::string& name, const std::string& owner,
+                  const std::string& channel, long long lasts_ms) {
+  const std::string expires = std::to_string(server_ms(server) + lasts_ms);
+  ASSERT_EQ(server.command({"ZADD", detail::redis::queue_key(name), "1", owner}), "1");
+  ASSERT_EQ(server.command({"ZADD", detail::redis::queue_expiry_key(name), expires, owner}), "1");
+  ASSERT_EQ(server.command({"HSET", detail::redis::queue_wake_key(name), owner, channel}), "1");
+}
+
+// A first waiter whose Client is gone (killed: nothing listens on its channel any more) is
+// skipped at the release: the waiter behind it is woken at once. Before, the one wake-up went to
+// nobody and the next waiter slept until the old holder's TTL (28 s after a kill -9, in review).
+TEST(RedisQueue, AFirstWaiterWhoseClientHearsNothingIsSkippedAtTheRelease) {
+  auto server = RedisServer::start();
+  Client holder = connect_or_throw(server->uri());
+  Client next = connect_or_throw(server->uri());
+  auto held = holder.acquire(key("deaf"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  // Still valid by its own expiry for a minute: only the unheard wake-up tells it is gone.
+  inject_place(*server, "deaf", OwnerId::random().hex(), detail::redis::wake_channel("killed"),
+               60000);
+  std::future<Result<Lease>> waiting = next.acquire_future(key("deaf"), {.ttl = 5s, .wait = 30s});
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"ZCARD", detail::redis::queue_key("deaf")}) == "2";
+  }));
+  ASSERT_TRUE(held->release().ok());
+  ASSERT_EQ(waiting.wait_for(30s), std::future_status::ready);
+  auto granted = waiting.get();
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
+}
+
+// A first waiter whose Client is stopped (SIGSTOP: its subscriber connection stays open, so
+// the release's wake-up is heard by nobody that acts) loses its place when its liveness lapses,
+// and the waiter behind it, woken as the standby, takes the lock then. Before, it slept until
+// the old holder's TTL (or until the stopped Client resumed).
+TEST(RedisQueue, TheWaiterBehindAStoppedFirstWaiterGetsTheLockWhenThatPlaceLapses) {
+  auto server = RedisServer::start();
+  Client holder = connect_or_throw(server->uri());
+  Client next = connect_or_throw(server->uri());
+  const std::string channel = detail::redis::wake_channel("stopped");
+  ChildProcess listener = ChildProcess::spawn(
+      {"redis-cli", "-p", std::to_string(server->port()), "SUBSCRIBE", channel});
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"PUBSUB", "NUMSUB", channel}) == channel + "\n1";
+  })) << "redis-cli never subscribed";
+  auto held = holder.acquire(key("stopped"), {.ttl = 120s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  // No liveness key: the place lasts its own 2 s.
+  inject_place(*server, "stopped", OwnerId::random().hex(), channel, 2000);
+  std::future<Result<Lease>> waiting =
+      next.acquire_future(key("stopped"), {.ttl = 5s, .wait = 90s});
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"ZCARD", detail::redis::queue_key("stopped")}) == "2";
+  }));
+  ASSERT_TRUE(held->release().ok());
+  // Well before its own deadline (90 s: a try at the deadline would find the place lapsed too)
+  // and the old holder's TTL (120 s).
+  ASSERT_EQ(waiting.wait_for(45s), std::future_status::ready);
+  auto granted = waiting.get();
+  EXPECT_TRUE(granted.ok()) << granted.status().to_string();
 }
 
 // The asynchronous engine sends the tries that come due together as one batch: round 1 of all

@@ -101,7 +101,7 @@ TEST(TryBatcher, TriesThatComeDueDuringABatchGoTogetherInOrderAndEachHearsItsOwn
   std::vector<long long> retry(kTries, -1);  // what each heard
   int total = 0;
   auto submit = [&](int i) {
-    batcher.submit(request(i), [&, i](TryResult result) {
+    batcher.submit(request(i), [&, i](const TryResult& result) {
       MutexLock lock(mu);
       answers[static_cast<std::size_t>(i)]++;
       retry[static_cast<std::size_t>(i)] = result.retry_after.count();
@@ -140,7 +140,7 @@ TEST(TryBatcher, ABatchTakesAtMostMaxBatchTriesAndTheRestFollow) {
   std::condition_variable_any answered;
   int total = 0;
   auto submit = [&](int i) {
-    batcher.submit(request(i), [&](TryResult) {
+    batcher.submit(request(i), [&](const TryResult&) {
       MutexLock lock(mu);
       total++;
       answered.notify_all();

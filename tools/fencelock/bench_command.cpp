@@ -140,7 +140,9 @@ int bench_command(const BenchArgs& args) {
              .lockers = c,
              .busy = args.busy,
              .duration = duration,
-             .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>()}));
+             .sequential_cycles_per_s = u["fencelock"]["cycles_per_s"].get<double>(),
+             .sequential_cpu_us = u["fencelock"]["cpu_us_per_cycle"].get<double>(),
+             .async = args.api == "async"}));
       }
     } else if (args.scenario == "waiters") {
       for (std::size_t i = 0; i < waiters->size(); ++i) {

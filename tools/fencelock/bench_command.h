@@ -33,7 +33,8 @@ struct BenchArgs {
   int workers = 8;
   std::string critical = "1ms";
   std::string lockers = "1,4,16,64,256";
-  int busy = 0;  // throughput: processes that keep the CPUs busy meanwhile
+  int busy = 0;                  // throughput: processes that keep the CPUs busy meanwhile
+  std::string api = "blocking";  // throughput: lockers as threads, or async chains
   std::string leases = "1000,10000";
   std::string waiters = "1000,10000";
   std::string ttl = "30s";

@@ -291,6 +291,12 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& args) {
       ->type_name("LIST")
       ->capture_default_str();
   bench
+      ->add_option("--api", args.api,
+                   "throughput: the lockers are threads calling acquire/release (blocking) or "
+                   "chains of acquire_async/release_async on the Client's engine (async)")
+      ->check(CLI::IsMember({"blocking", "async"}))
+      ->capture_default_str();
+  bench
       ->add_option("--busy", args.busy,
                    "throughput: processes that keep the CPUs busy beside the lockers")
       ->capture_default_str();

@@ -37,10 +37,7 @@ for i = 1, owed do
   local released = ARGV[9 + i]
   if redis.call('GET', KEYS[1]) == released then
     redis.call('DEL', KEYS[1], KEYS[3])
-    local first = fencelock_queue_head(KEYS[4], KEYS[5], KEYS[6], now)
-    if first and first ~= ARGV[1] then
-      fencelock_queue_wake(KEYS[6], first, KEYS[1])
-    end
+    fencelock_queue_wake_first(KEYS[4], KEYS[5], KEYS[6], KEYS[1], now, ARGV[1])
   elseif redis.call('PTTL', KEYS[7 + i]) < tonumber(ARGV[9]) then
     -- Never shortens a tombstone that a release with a longer TTL left.
     redis.call('SET', KEYS[7 + i], '1', 'PX', ARGV[9])
@@ -51,6 +48,12 @@ local owner = ARGV[1]
 local stored, floor = fencelock_counter_start(KEYS[2], now)
 -- Places of waiters that are gone (their place expired and their Client is not alive) go.
 local head, head_lasts = fencelock_queue_head(KEYS[4], KEYS[5], KEYS[6], now)
+if head ~= nil and head ~= owner and redis.call('EXISTS', KEYS[1]) == 0 then
+  -- Free, but kept for an earlier waiter: wake it (it may be asleep, or gone without its leave
+  -- arriving: its Client then sends the leave again). A waiter whose wake-up nobody hears is
+  -- gone: its place goes, and the next one is first (this one, perhaps).
+  head, head_lasts = fencelock_queue_wake_first(KEYS[4], KEYS[5], KEYS[6], KEYS[1], now, owner)
+end
 if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[2]) then
   if head ~= nil then
     redis.call('ZREM', KEYS[4], owner)
@@ -79,10 +82,7 @@ if queue_ms > 0 then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and head ~= nil and head ~= owner then
-  -- Free, but kept for an earlier waiter: wake it (it may be asleep, or gone without its leave
-  -- arriving: its Client then sends the leave again, which wakes the next waiter); retry when
-  -- its place could lapse at the latest.
-  fencelock_queue_wake(KEYS[6], head, KEYS[1])
+  -- Free, but kept for an earlier waiter (woken above): try again when its place could lapse.
   pttl = math.max(head_lasts, 1)
 end
 return {0, pttl}

@@ -29,12 +29,47 @@ local function fencelock_queue_head(queue, expiry, wake, now)
   end
 end
 
--- Wakes `head` (an owner id in the queue `wake`): publishes "<owner id> <lock key>" on that
--- waiter's Client's channel. A Client that has no such waiter any more (its leave never arrived)
--- answers by sending the leave again.
-local function fencelock_queue_wake(wake, head, lock)
-  local channel = redis.call('HGET', wake, head)
-  if channel then
-    redis.call('PUBLISH', channel, head .. ' ' .. lock)
+-- Removes `owner`'s place.
+local function fencelock_queue_remove(queue, expiry, wake, owner)
+  redis.call('ZREM', queue, owner)
+  redis.call('ZREM', expiry, owner)
+  redis.call('HDEL', wake, owner)
+end
+
+-- Wakes `owner`: publishes "<owner id> <lock key>" on its Client's channel. A Client that has no
+-- such waiter any more (its leave never arrived) answers by sending the leave again. Returns
+-- whether a Client heard it: none did when its Client is gone (killed: its subscriber connection
+-- closed) or not subscribed just now (it then retries and takes its place again).
+local function fencelock_queue_publish(wake, owner, lock)
+  local channel = redis.call('HGET', wake, owner)
+  return channel ~= false and redis.call('PUBLISH', channel, owner .. ' ' .. lock) > 0
+end
+
+-- Wakes the first live waiter that a Client hears, removing the places before it whose wake-up
+-- nobody heard, and stops at `self` (the calling waiter, which needs no wake-up; nil: none).
+-- Returns that waiter (nil: none) and how long its place lasts at least.
+local function fencelock_queue_wake_first(queue, expiry, wake, lock, now, self)
+  while true do
+    local head, lasts = fencelock_queue_head(queue, expiry, wake, now)
+    if head == nil or head == self or fencelock_queue_publish(wake, head, lock) then
+      return head, lasts
+    end
+    fencelock_queue_remove(queue, expiry, wake, head)
+  end
+end
+
+-- After a release, wakes the waiter after the first too, as a standby: if the first does not take
+-- the lock (its Client is stopped and its place lapses), the standby's try finds the lock free but
+-- kept for it, and tries again when that place can lapse instead of at the old holder's TTL.
+local function fencelock_queue_wake_standby(queue, expiry, wake, lock, now)
+  local second = redis.call('ZRANGE', queue, 1, 1)[1]
+  if second == nil then
+    return
+  end
+  local expires = tonumber(redis.call('ZSCORE', expiry, second) or '0')
+  local channel = redis.call('HGET', wake, second)
+  local alive = channel and (expires > now or redis.call('PTTL', channel .. ':alive') > 0)
+  if alive then
+    fencelock_queue_publish(wake, second, lock)
   end
 end

@@ -10,17 +10,17 @@
 -- the attempt's acquire may still be on its way (sent on a connection the client gave up on:
 -- a delaying proxy, a server that had not read it yet); the tombstone makes it do nothing when it
 -- runs, instead of taking the lock for nobody.
--- Wakes the first live waiter in line (queue.lua) on its Client's own wake channel when the
--- lock is free after this: one release wakes exactly one waiter. A leave of a free lock wakes the
--- next waiter too (the one leaving may have been the one woken).
+-- When the lock is free after this, wakes the first live waiter in line whose Client hears it
+-- (queue.lua) on that Client's own wake channel, and the waiter after it as a standby: one
+-- release wakes one waiter to take the lock (the standby's try finds it kept for the first). A
+-- leave of a free lock wakes them too (the one leaving may have been the one woken).
 -- Returns 1 when the lock was deleted, 0 when it was not this value's (or already gone).
 --@include queue.lua
 local function wake_first()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local head = fencelock_queue_head(KEYS[3], KEYS[4], KEYS[5], now)
-  if head then
-    fencelock_queue_wake(KEYS[5], head, KEYS[1])
+  if fencelock_queue_wake_first(KEYS[3], KEYS[4], KEYS[5], KEYS[1], now, nil) then
+    fencelock_queue_wake_standby(KEYS[3], KEYS[4], KEYS[5], KEYS[1], now)
   end
 end
 if ARGV[2] == '1' then
