@@ -171,7 +171,7 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
             ? std::clamp(std::chrono::ceil<milliseconds>(deadline_ - now), milliseconds(1), hold_)
             : milliseconds(0);
     Backend& backend = core_->backend();
-    if (backend.batches_tries()) {
+    if (backend.batches_tries(options_.ttl)) {
       // With the tries of other acquisitions that come due now: one write per server.
       core_->tries().submit(
           TryBatcher::Request{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),

@@ -196,7 +196,9 @@ class Backend {
   // after another; a backend that sends them together (one write per server) overrides it and
   // says so with batches_tries(), and the engine then sends every try through it.
   virtual std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests);
-  virtual bool batches_tries() const { return false; }
+  // Whether tries with this TTL go through try_acquire_many (a short TTL cannot wait for a
+  // batch: its validity would pass before the batch is handed back).
+  virtual bool batches_tries(milliseconds /*ttl*/) const { return false; }
 
   // `owner` is the waiter: a backend that addresses wake-ups to the first waiter in line wakes
   // this watch only for releases addressed to it (or to nobody in particular).

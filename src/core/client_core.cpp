@@ -164,6 +164,18 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
 Result<std::shared_ptr<LeaseState>> ClientCore::lease_from_grant(
     const LockKey& key, const OwnerId& owner, const AcquireOptions& options, Grant grant,
     std::uint64_t granted_before, bool& contended) {
+  if (Clock::now() >= grant.valid_until) {
+    // Handed over after its validity (a slow try, a busy engine, a long batch): never a lease
+    // that is gone already, whose lost() could not come before its validity ended.
+    const Status released =
+        backend_->release_grant(key, owner, grant.backend_key, options.ttl,
+                                deadline_after(Clock::now(), options_.release_timeout));
+    return Status(
+        Code::kDeadlineExceeded,
+        fmt::format("acquiring took longer than the lease's validity; the grant was {}; "
+                    "use a longer TTL",
+                    released.ok() ? "released" : "left to expire (" + released.message() + ")"));
+  }
   if (grant.token.value() <= granted_before)
     return refuse_backwards(key, owner, grant, options.ttl, granted_before);
   tokens_.record(key.str(), grant.token.value());

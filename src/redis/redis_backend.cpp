@@ -103,7 +103,7 @@ class RedlockBackend final : public Backend {
     return conclude_attempt(req, attempt, calls);
   }
 
-  bool batches_tries() const override { return true; }
+  bool batches_tries(milliseconds ttl) const override { return ttl >= kBatchMinTtl; }
 
   // Round 1 of every request in one pipeline per instance (one write for all of them); the
   // rest (round 2, a failed attempt's release) per request, as try_acquire does it.

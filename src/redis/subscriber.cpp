@@ -74,6 +74,21 @@ void ReleaseHub::keep_alive(const std::stop_token& stop) {
       format_command({"SET", alive_key(), "1", "PX", std::to_string(kAliveFor.count())});
   // When each instance last stored the key (nullopt: not while this run of waiters lasts).
   std::vector<std::optional<Clock::time_point>> stored(alive_on_.size());
+  // Once the Client has no waiters (and when it goes), the key goes too, rather than lingering
+  // for its TTL: it only ever says "this Client has places in line".
+  const std::string forget = format_command({"DEL", alive_key()});
+  auto forget_stored = [&] {
+    std::vector<InstanceCall> calls;
+    for (std::size_t i = 0; i < stored.size(); ++i) {
+      if (!stored[i]) continue;
+      InstanceCall& call = calls.emplace_back();
+      call.instance = alive_on_[i];
+      call.commands.push_back(&forget);
+    }
+    if (!calls.empty())
+      fan_out(calls, Clock::now() + std::min<milliseconds>(io_timeout_, kAliveEvery));
+    std::fill(stored.begin(), stored.end(), std::nullopt);
+  };
   while (!stop.stop_requested()) {
     if (board_.watching()) {
       std::vector<InstanceCall> calls(alive_on_.size());
@@ -95,13 +110,14 @@ void ReleaseHub::keep_alive(const std::stop_token& stop) {
       }
       if (lapsed) board_.notify_all();
     } else {
-      std::fill(stored.begin(), stored.end(), std::nullopt);
+      forget_stored();
     }
     MutexLock lock(mu_);
     alive_wake_.wait_for(lock, stop, kAliveEvery,
                          [&]() FENCELOCK_REQUIRES(mu_) { return alive_due_; });
     alive_due_ = false;
   }
+  forget_stored();
 }
 
 void ReleaseHub::on_subscribed(int instance) {
@@ -142,6 +158,9 @@ void ReleaseHub::on_connection(int instance, bool up) {
     }
     ready_.notify_all();
   }
+  // A drop: every waiter retries once now (a wake-up may have gone unheard), and once more when
+  // the subscription is back (on_subscribed).
+  if (!up) board_.notify_all();
 }
 
 Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)

@@ -37,7 +37,7 @@ class BatchRecordingBackend final : public Backend {
     }
     return out;
   }
-  bool batches_tries() const override { return true; }
+  bool batches_tries(milliseconds) const override { return true; }
 
   bool wait_for_batches(std::size_t n) {
     MutexLock lock(mu_);

@@ -50,8 +50,8 @@ local stored, floor = fencelock_counter_start(KEYS[2], now)
 local head, head_lasts = fencelock_queue_head(KEYS[4], KEYS[5], KEYS[6], now)
 if head ~= nil and head ~= owner and redis.call('EXISTS', KEYS[1]) == 0 then
   -- Free, but kept for an earlier waiter: wake it (it may be asleep, or gone without its leave
-  -- arriving: its Client then sends the leave again). A waiter whose wake-up nobody hears is
-  -- gone: its place goes, and the next one is first (this one, perhaps).
+  -- arriving: its Client then sends the leave again). A waiter whose wake-up nobody hears has a
+  -- short grace to try again (queue.lua), after which its place goes.
   head, head_lasts = fencelock_queue_wake_first(KEYS[4], KEYS[5], KEYS[6], KEYS[1], now, owner)
 end
 if (head == nil or head == owner) and redis.call('SET', KEYS[1], ARGV[7], 'NX', 'PX', ARGV[2]) then

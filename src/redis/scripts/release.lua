@@ -20,7 +20,7 @@ local function wake_first()
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if fencelock_queue_wake_first(KEYS[3], KEYS[4], KEYS[5], KEYS[1], now, nil) then
-    fencelock_queue_wake_standby(KEYS[3], KEYS[4], KEYS[5], KEYS[1], now)
+    fencelock_queue_wake_standby(KEYS[5], KEYS[3], KEYS[1])
   end
 end
 if ARGV[2] == '1' then
