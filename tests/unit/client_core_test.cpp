@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "stub_backend.h"
 
 namespace fencelock::detail {
 namespace {
@@ -16,7 +17,7 @@ using namespace std::chrono_literals;
 
 // Grants every try with a validity that `valid_for` says (negative: already over when handed
 // back, as after a slow try or a long batch), and records the releases.
-class GrantingBackend final : public Backend {
+class GrantingBackend final : public testing::StubBackend {
  public:
   explicit GrantingBackend(milliseconds valid_for) : valid_for_(valid_for) {}
   TryResult try_acquire(const GrantRequest&) override {
@@ -33,21 +34,6 @@ class GrantingBackend final : public Backend {
     MutexLock lock(mu_);
     return released_;
   }
-  milliseconds min_ttl() const override { return 1ms; }
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
-    return std::vector<RenewOutcome>(items.size());
-  }
-  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
-    return Status::Ok();
-  }
-  Result<std::optional<HolderRow>> inspect(const LockKey&) override {
-    return std::optional<HolderRow>();
-  }
-  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
-    return std::vector<HolderRow>();
-  }
-  std::string describe() const override { return "fake://"; }
 
  private:
   const milliseconds valid_for_;

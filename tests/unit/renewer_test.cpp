@@ -27,6 +27,7 @@
 #include "core/lease_state.h"
 #include "core/mutex.h"
 #include "fencelock/log.h"
+#include "stub_backend.h"
 
 namespace fencelock::detail {
 namespace {
@@ -41,7 +42,7 @@ struct RenewCall {
   std::vector<std::string> keys;
 };
 
-class FakeBackend final : public Backend {
+class FakeBackend final : public testing::StubBackend {
  public:
   // What renew_all answers for each item. Default: renewed, valid for a full TTL from now.
   using Decide = std::function<RenewOutcome(const RenewItem&)>;
@@ -99,23 +100,6 @@ class FakeBackend final : public Backend {
     fencelock::detail::MutexLock lock(mu_);
     return calls_;
   }
-
-  // Not used by the Renewer.
-  milliseconds min_ttl() const override { return 1ms; }
-  TryResult try_acquire(const GrantRequest&) override {
-    return TryResult{Status(Code::kInternal, "not in this fake"), std::nullopt, 0ms};
-  }
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
-  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
-    return Status(Code::kInternal, "not in this fake");
-  }
-  Result<std::optional<HolderRow>> inspect(const LockKey&) override {
-    return Status(Code::kInternal, "not in this fake");
-  }
-  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
-    return Status(Code::kInternal, "not in this fake");
-  }
-  std::string describe() const override { return "fake://"; }
 
  private:
   mutable fencelock::detail::Mutex mu_;

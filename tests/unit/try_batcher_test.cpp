@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/mutex.h"
+#include "stub_backend.h"
 
 namespace fencelock::detail {
 namespace {
@@ -19,7 +20,7 @@ constexpr auto kEventBound = 10s;
 
 // Answers every try with kLocked and retry_after = the try's ticket in ms (so each caller can
 // tell its own answer); the first call blocks until let go.
-class BatchRecordingBackend final : public Backend {
+class BatchRecordingBackend final : public testing::StubBackend {
  public:
   std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
     MutexLock lock(mu_);
@@ -53,26 +54,6 @@ class BatchRecordingBackend final : public Backend {
     MutexLock lock(mu_);
     return batches_;
   }
-
-  milliseconds min_ttl() const override { return 1ms; }
-  TryResult try_acquire(const GrantRequest&) override {
-    return TryResult{Status(Code::kInternal, "tries go through try_acquire_many"), std::nullopt,
-                     0ms};
-  }
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
-    return std::vector<RenewOutcome>(items.size());
-  }
-  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
-    return Status::Ok();
-  }
-  Result<std::optional<HolderRow>> inspect(const LockKey&) override {
-    return Status(Code::kInternal, "not in this fake");
-  }
-  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
-    return Status(Code::kInternal, "not in this fake");
-  }
-  std::string describe() const override { return "fake://"; }
 
  private:
   mutable Mutex mu_;

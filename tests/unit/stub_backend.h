@@ -1,0 +1,38 @@
+// StubBackend: a Backend whose every call answers "not in this fake" (or nothing to do), for unit
+// tests whose fakes override only the calls they are about.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace fencelock::detail::testing {
+
+class StubBackend : public Backend {
+ public:
+  static Status not_in_this_fake() { return Status(Code::kInternal, "not in this fake"); }
+
+  milliseconds min_ttl() const override { return milliseconds(1); }
+  TryResult try_acquire(const GrantRequest&) override {
+    return TryResult{not_in_this_fake(), std::nullopt, milliseconds(0)};
+  }
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+    return std::vector<RenewOutcome>(items.size());
+  }
+  Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
+    return Status::Ok();
+  }
+  Result<std::optional<HolderRow>> inspect(const LockKey&) override { return not_in_this_fake(); }
+  Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
+    return not_in_this_fake();
+  }
+  std::string describe() const override { return "fake://"; }
+};
+
+}  // namespace fencelock::detail::testing
