@@ -64,6 +64,9 @@ TEST(ClientCore, AGrantStillValidWhenHandedBackIsALease) {
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   EXPECT_EQ((*lease)->token.value(), 7u);
   EXPECT_TRUE(fake.released().empty());
+  // As Lease does when it goes: the renewer lets go of the state (else its watchdog would hold
+  // the state, and with it the core, past this test, and drop the core on its own thread).
+  core->renewer().remove(lease->get());
 }
 
 }  // namespace
