@@ -9,7 +9,7 @@
 
 namespace fencelock::bench {
 
-namespace pb = etcdserverpb;
+namespace pb = fencelock::etcdserverpb;
 
 namespace {
 

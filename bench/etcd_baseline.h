@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "etcd/etcd.grpc.pb.h"
+#include "etcd/fencelock_etcd.grpc.pb.h"
 
 namespace fencelock::bench {
 
@@ -32,8 +32,8 @@ class EtcdBaseline {
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<etcdserverpb::KV::Stub> kv_;
-  std::unique_ptr<etcdserverpb::Lease::Stub> lease_stub_;
+  std::unique_ptr<fencelock::etcdserverpb::KV::Stub> kv_;
+  std::unique_ptr<fencelock::etcdserverpb::Lease::Stub> lease_stub_;
   std::int64_t lease_ = 0;
   std::string lease_hex_;
 };

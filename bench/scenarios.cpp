@@ -18,7 +18,10 @@
 #include <fmt/format.h>
 
 #include "core/mutex.h"
+#include "fencelock/config.h"
+#if FENCELOCK_HAS_ETCD
 #include "etcd_baseline.h"
+#endif
 #include "fencelock/client.h"
 #include "postgres/postgres_uri.h"
 #include "postgres_baseline.h"
@@ -107,9 +110,11 @@ nlohmann::json run_uncontended(const UncontendedConfig& config) {
     auto split = detail::postgres::split_postgres_uri(config.uri);
     auto pg = std::make_shared<PostgresBaseline>(split->conninfo, split->mode == "advisory");
     bare = [pg](const std::string& k) { return pg->cycle(k); };
+#if FENCELOCK_HAS_ETCD
   } else if (config.uri.starts_with("etcd")) {
     auto etcd = std::make_shared<EtcdBaseline>(config.uri);
     bare = [etcd](const std::string& k) { return etcd->cycle(k); };
+#endif
   } else {
     auto redis = std::make_shared<RedisBaseline>(config.uri);
     bare = [redis](const std::string& k) { return redis->cycle(k); };
@@ -432,6 +437,7 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
         {"failures_locked", locked.load()},
         {"failures_locked_after_failed_release", locked_after_failed_release.load()}}},
       {"sequential_cycles_per_s", config.sequential_cycles_per_s}};
+#if FENCELOCK_HAS_ETCD
   if (config.uri.starts_with("etcd")) {
     EtcdBaseline bare(config.uri);
     auto [base_rate, base_failures] = concurrent_cycles(
@@ -443,6 +449,7 @@ nlohmann::json run_throughput(const ThroughputConfig& config) {
         config.label, config.lockers, base_rate, rate / base_rate, base_failures);
     out["baseline"] = {{"cycles_per_s", base_rate}, {"failures", base_failures}};
   }
+#endif
   return out;
 }
 

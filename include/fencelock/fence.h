@@ -62,6 +62,7 @@
 #include <string>
 #include <string_view>
 
+#include "fencelock/config.h"
 #include "fencelock/lease.h"
 #include "fencelock/options.h"
 #include "fencelock/status.h"
@@ -120,6 +121,7 @@ class FenceGate {
   std::unique_ptr<State> state_;
 };
 
+#if FENCELOCK_HAS_REDIS  // fencelock/config.h: built with FENCELOCK_WITH_REDIS
 class RedisFence {
  public:
   // redis://[user:pass@]host:port[/db] (password also from FENCELOCK_REDIS_PASSWORD).
@@ -172,6 +174,7 @@ class RedisFence {
   explicit RedisFence(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
 };
+#endif  // FENCELOCK_HAS_REDIS
 
 // etcd only (the lease must come from an etcd:// Client): puts key = value only while the
 // lease's lock key still exists with create revision == lease.token(). kFenced ("rejected: stale

@@ -12,6 +12,11 @@
 // across threads.
 #pragma once
 
+#include "fencelock/config.h"
+#if !FENCELOCK_HAS_POSTGRES
+#error "this fencelock was built without PostgreSQL (FENCELOCK_WITH_POSTGRES=OFF)"
+#endif
+
 #include <libpq-fe.h>
 
 #include <string_view>

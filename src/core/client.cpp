@@ -5,16 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "core/backend_registry.h"
 #include "core/client_core.h"
 #include "core/duration.h"
 #include "core/fence_issuer.h"
 #include "core/log_internal.h"
 #include "core/saturate.h"
 #include "core/uri.h"
-#include "etcd/etcd_backend.h"
-#include "memory/memory_backend.h"
-#include "postgres/postgres_backend.h"
-#include "redis/redis_backend.h"
 
 namespace fencelock {
 
@@ -22,16 +19,9 @@ namespace {
 
 Result<std::unique_ptr<detail::Backend>> make_backend(std::string_view uri,
                                                       const ClientOptions& options) {
-  if (uri.starts_with("postgres://") || uri.starts_with("postgresql://")) {
-    return detail::make_postgres_backend(std::string(uri), options);  // libpq parses its own URIs
-  }
-  auto parsed = detail::parse_uri(uri, 6379);
-  if (!parsed.ok()) return parsed.status();
-  const std::string& scheme = parsed->scheme;
-  if (scheme == "memory") return detail::make_memory_backend(*parsed);
-  if (scheme == "redis" || scheme == "redlock") return detail::make_redis_backend(*parsed, options);
-  if (scheme == "etcd" || scheme == "etcds") return detail::make_etcd_backend(uri, options);
-  return detail::unknown_scheme(uri.substr(0, uri.find("://")));  // as typed
+  auto plugin = detail::backend_for_uri(uri);
+  if (!plugin.ok()) return plugin.status();
+  return (*plugin)->connect(uri, options, /*check_only=*/false);
 }
 
 }  // namespace

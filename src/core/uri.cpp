@@ -138,25 +138,6 @@ std::string endpoint_text(const Endpoint& endpoint) {
             : fmt::format("{}:{}", endpoint.host, endpoint.port);
 }
 
-namespace {
-constexpr std::string_view kSchemes[] = {"redis", "redlock", "postgres", "postgresql",
-                                         "etcd",  "etcds",   "memory"};
-}  // namespace
-
-bool known_scheme(std::string_view scheme) {
-  for (std::string_view known : kSchemes) {
-    if (scheme == known) return true;
-  }
-  return false;
-}
-
-Status unknown_scheme(std::string_view scheme) {
-  return Status(Code::kInvalidArgument,
-                fmt::format("unknown backend scheme '{}://' (use redis://, redlock://, "
-                            "postgres://, postgresql://, etcd://, etcds:// or memory://)",
-                            scheme));
-}
-
 Status check_host_count(std::string_view host_list) {
   if (host_list.empty()) return Status::Ok();
   const auto hosts =

@@ -42,13 +42,6 @@ Status check_host_count(std::string_view host_list);
 // "host:port", or "[v6 host]:port": the one text of an endpoint (messages, gRPC targets).
 std::string endpoint_text(const Endpoint& endpoint);
 
-// kInvalidArgument "unknown backend scheme 'SCHEME://' (use ...)": the one message for it.
-Status unknown_scheme(std::string_view scheme);
-
-// Whether `scheme` names a backend Client::connect knows (redis, redlock, postgres, postgresql,
-// etcd, etcds, memory): the one list, for the error above and for migrate().
-bool known_scheme(std::string_view scheme);
-
 // `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);
 

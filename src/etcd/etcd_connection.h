@@ -38,12 +38,12 @@
 #include "core/backend.h"
 #include "core/mutex.h"
 #include "core/reconnects.h"
-#include "etcd/etcd.grpc.pb.h"
+#include "etcd/fencelock_etcd.grpc.pb.h"
 #include "fencelock/options.h"
 
 namespace fencelock::detail::etcd {
 
-namespace pb = etcdserverpb;
+namespace pb = fencelock::etcdserverpb;
 
 struct Stubs {
   std::string endpoint;

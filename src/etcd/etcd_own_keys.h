@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "etcd/etcd.pb.h"
+#include "etcd/fencelock_etcd.pb.h"
 
 namespace fencelock::detail::etcd {
 
-namespace pb = etcdserverpb;
+namespace pb = fencelock::etcdserverpb;
 
 // etcd's default --max-txn-ops: the most compares (and operations) one Txn may carry.
 inline constexpr std::size_t kMaxCompares = 128;

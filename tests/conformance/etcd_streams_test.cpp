@@ -31,7 +31,7 @@ using detail::etcd::EtcdConnection;
 using detail::etcd::Stubs;
 using Clock = std::chrono::steady_clock;
 using WatchResult = EtcdConnection::WatchResult;
-namespace pb = etcdserverpb;
+namespace pb = fencelock::etcdserverpb;
 
 class EtcdStreams : public ::testing::Test {
  protected:

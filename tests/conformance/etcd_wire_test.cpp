@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "etcd/election.grpc.pb.h"
-#include "etcd/etcd.grpc.pb.h"
+#include "etcd/fencelock_election.grpc.pb.h"
+#include "etcd/fencelock_etcd.grpc.pb.h"
 #include "support/etcd_cluster.h"
 #include "support/process.h"
 
@@ -24,8 +24,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-namespace pb = etcdserverpb;
-namespace electionpb = v3electionpb;
+namespace pb = fencelock::etcdserverpb;
+namespace electionpb = fencelock::v3electionpb;
 
 constexpr auto kCallTimeout = 10s;
 

@@ -9,14 +9,14 @@
 #include <stdexcept>
 
 #include "conformance/harness.h"
-#include "etcd/etcd.grpc.pb.h"
 #include "etcd/etcd_keys.h"
+#include "etcd/fencelock_etcd.grpc.pb.h"
 #include "support/etcd_cluster.h"
 
 namespace fencelock::testing {
 namespace {
 
-namespace pb = etcdserverpb;
+namespace pb = fencelock::etcdserverpb;
 
 class EtcdHarness final : public Harness {
  public:

@@ -280,18 +280,5 @@ TEST(Redact, OutputParsesBackToTheSameEndpoints) {
   EXPECT_EQ(again.path, uri.path);
 }
 
-TEST(KnownScheme, EveryBackendSchemeIsKnownAndOthersAreNamedInTheError) {
-  for (std::string_view scheme :
-       {"redis", "redlock", "postgres", "postgresql", "etcd", "etcds", "memory"}) {
-    EXPECT_TRUE(known_scheme(scheme)) << scheme;
-  }
-  for (std::string_view scheme : {"zk", "rediss", "", "REDIS", "memory2"}) {
-    EXPECT_FALSE(known_scheme(scheme)) << scheme;
-  }
-  Status unknown = unknown_scheme("zk");
-  EXPECT_EQ(unknown.code(), Code::kInvalidArgument);
-  EXPECT_THAT(unknown.message(), ::testing::HasSubstr("'zk://'"));
-}
-
 }  // namespace
 }  // namespace fencelock::detail

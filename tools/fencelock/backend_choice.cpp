@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/backend_registry.h"
 #include "core/uri.h"
 #include "reporter.h"
 
@@ -70,11 +71,21 @@ std::string explain_connect_failure(const Status& status, const BackendChoice& b
   // The shape of every URI only where the scheme is missing: a known scheme's own error already
   // says what is wrong with it, and an unknown one lists the schemes.
   if (backend.uri.find("://") != std::string::npos) return status.to_string() + where;
-  return fmt::format(
-      "{}{}; backend URIs look like redis://[user:pass@]HOST:PORT, "
-      "redlock://H1:P1,H2:P2,H3:P3, postgres://USER@HOST:PORT/DB, etcd://H1:P1,H2:P2,H3:P3 "
-      "(etcds:// with TLS) or memory://[NAME]",
-      status.to_string(), where);
+  return fmt::format("{}{}; backend URIs look like {}", status.to_string(), where,
+                     backend_uri_forms());
+}
+
+std::string backend_uri_forms() {
+  std::vector<std::string_view> forms;
+  for (const detail::BackendPlugin* plugin : detail::backend_plugins()) {
+    forms.insert(forms.end(), plugin->uri_forms.begin(), plugin->uri_forms.end());
+  }
+  std::string out;
+  for (std::size_t i = 0; i < forms.size(); ++i) {
+    out += i == 0 ? "" : (i + 1 == forms.size() ? " or " : ", ");
+    out += forms[i];
+  }
+  return out;
 }
 
 }  // namespace fencelock::cli

@@ -37,4 +37,7 @@ std::string explain_failure(const Status& status, const BackendChoice& backend);
 // explain_failure() for Client::connect(): a malformed URI also gets the URI forms.
 std::string explain_connect_failure(const Status& status, const BackendChoice& backend);
 
+// The URI form of every backend of this build (the backend registry), "A, B or C".
+std::string backend_uri_forms();
+
 }  // namespace fencelock::cli

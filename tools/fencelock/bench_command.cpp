@@ -14,6 +14,7 @@
 
 #include "backend_choice.h"
 #include "connect_warnings.h"
+#include "core/backend_registry.h"
 #include "duration_option.h"
 #include "exit_codes.h"
 #include "fencelock/client.h"
@@ -49,8 +50,8 @@ Result<std::vector<int>> int_list(const std::string& option, const std::string& 
 // A short label for result lines: the scheme, plus the mode for PostgreSQL.
 std::string label_of(const std::string& uri) {
   std::string scheme = uri.substr(0, uri.find("://"));
-  if (scheme == "postgresql") scheme = "postgres";
-  if (scheme == "postgres")
+  const detail::BackendPlugin* plugin = detail::find_backend_plugin(uri);
+  if (plugin != nullptr && plugin->family == "postgres")
     return uri.find("mode=lease") != std::string::npos ? "pg_lease" : "pg_advis";
   return scheme;
 }

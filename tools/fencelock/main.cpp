@@ -59,12 +59,11 @@ bool quiet_flag = false;
 void add_backend_options(CLI::App* command, std::string& backend, bool& json) {
   command
       ->add_option("--backend", backend,
-                   "redis://[user:pass@]HOST:PORT[/DB], redlock://H1:P1,H2:P2,H3:P3, "
-                   "postgres://USER:PASS@HOST:PORT/DB[?mode=lease], etcd://H1:P1,H2:P2,H3:P3 "
-                   "(etcds:// with TLS) or memory://[NAME] (default: $FENCELOCK_BACKEND, then "
-                   "redis://127.0.0.1:6379). Put passwords "
-                   "in FENCELOCK_BACKEND or FENCELOCK_REDIS_PASSWORD / FENCELOCK_ETCD_PASSWORD / "
-                   "PGPASSWORD: the command line is visible to every local user")
+                   backend_uri_forms() +
+                       " (default: $FENCELOCK_BACKEND, then redis://127.0.0.1:6379). Put "
+                       "passwords in FENCELOCK_BACKEND or FENCELOCK_REDIS_PASSWORD / "
+                       "FENCELOCK_ETCD_PASSWORD / PGPASSWORD: the command line is visible to "
+                       "every local user")
       ->type_name("URI");
   command->add_flag("--json", json, "Machine-readable output (see docs/CLI.md)");
   command->add_flag("-q,--quiet", quiet_flag,

@@ -1,15 +1,35 @@
 // A program outside the fencelock tree, built against an installed fencelock (find_package or
 // pkg-config): takes and releases a lock on the backend named by argv[1] and checks the token.
-// Includes every public header (postgres_fence.h needs libpq's include path from the package).
+// Includes every public header of the backends the installed fencelock has (fencelock/config.h;
+// postgres_fence.h needs libpq's include path from the package).
+//   consumer URI               takes and releases a lock, prints "token N"
+//   consumer --refused URI     expects connect() to refuse URI's scheme as unknown (a backend
+//                              the installed fencelock was built without), prints "refused"
 #include <cstdio>
+#include <string>
+#include <string_view>
 
 #include "fencelock/client.h"
+#include "fencelock/config.h"
 #include "fencelock/fence.h"
+#if FENCELOCK_HAS_POSTGRES
 #include "fencelock/postgres_fence.h"
+#endif
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string_view(argv[1]) == "--refused") {
+    auto refused = fencelock::Client::connect(argv[2]);
+    const std::string text = refused.ok() ? "" : refused.status().to_string();
+    if (refused.ok() || text.find("unknown backend scheme") == std::string::npos) {
+      std::fprintf(stderr, "connect(%s): expected an unknown scheme, got '%s'\n", argv[2],
+                   text.c_str());
+      return 1;
+    }
+    std::printf("refused\n");
+    return 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s BACKEND_URI\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--refused] BACKEND_URI\n", argv[0]);
     return 2;
   }
   auto client = fencelock::Client::connect(argv[1]);
@@ -24,7 +44,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   fencelock::FenceGate gate;
-  if (!gate.admit(lease->token()).ok() || fencelock::PostgresFence::schema_sql().empty()) {
+  bool fence_sql_missing = false;
+#if FENCELOCK_HAS_POSTGRES
+  fence_sql_missing = fencelock::PostgresFence::schema_sql().empty();
+#endif
+  if (!gate.admit(lease->token()).ok() || fence_sql_missing) {
     std::fprintf(stderr, "fence: the gate refused a fresh token or the fence SQL is missing\n");
     return 1;
   }

@@ -1,16 +1,16 @@
 #include "torture/endpoints.h"
 
+#include "core/backend_registry.h"
 #include "core/uri.h"
 
 namespace fencelock::torture {
 
 namespace {
 
-int default_port(const std::string& scheme) {
-  if (scheme == "redis" || scheme == "redlock") return 6379;
-  if (scheme == "etcd" || scheme == "etcds") return 2379;
-  if (scheme == "postgres" || scheme == "postgresql") return 5432;
-  return 0;
+// The registry's: 0 for an unknown scheme and for a backend without servers (memory://).
+int default_port(const std::string& uri) {
+  const detail::BackendPlugin* plugin = detail::find_backend_plugin(uri);
+  return plugin == nullptr ? 0 : plugin->default_port;
 }
 
 Status bad(const std::string& why) {
@@ -23,7 +23,7 @@ Result<SplitUri> split_uri(const std::string& uri) {
   const auto sep = uri.find("://");
   if (sep == std::string::npos) return bad("expected SCHEME://HOST:PORT,...");
   const std::string scheme = uri.substr(0, sep);
-  const int port_default = default_port(scheme);
+  const int port_default = default_port(uri);
   if (port_default == 0) return bad("scheme '" + scheme + "://' has no servers to proxy");
   // The one URI parser (core/uri.h) decides what the hosts are; its errors never contain the
   // credentials, which it splits off at the last '@' (a password may hold '/', '?' or '@').

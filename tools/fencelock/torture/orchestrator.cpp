@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/backend_registry.h"
 #include "fencelock/client.h"
 #include "private_files.h"
 #include "torture/child_processes.h"
@@ -39,11 +40,11 @@ bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
 
 // The kind argument of `PROGRAM admin-delete KIND KEY` for a backend URI.
 std::string admin_kind(const std::string& uri) {
-  if (uri.starts_with("redis://") || uri.starts_with("redlock://")) return "redis";
-  if (uri.starts_with("etcd://") || uri.starts_with("etcds://")) return "etcd";
-  if (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
+  const detail::BackendPlugin* plugin = detail::find_backend_plugin(uri);
+  if (plugin == nullptr || plugin->family == "memory") return "";
+  if (plugin->family == "postgres")
     return uri.find("mode=lease") != std::string::npos ? "postgres-lease" : "postgres-advisory";
-  return "";
+  return std::string(plugin->family);
 }
 
 bool needs_proxy(const std::vector<std::string>& faults) {
@@ -102,7 +103,7 @@ class Orchestrator {
     if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
-    if (wanted(settings_.faults, "failover") && !uri.starts_with("postgres")) {
+    if (wanted(settings_.faults, "failover") && probe_protocol(uri) != ProbeProtocol::kPostgres) {
       throw std::invalid_argument(
           "the fault failover needs a postgres:// URI that names the primary first and its "
           "standby (host1,host2 with target_session_attrs=read-write)");

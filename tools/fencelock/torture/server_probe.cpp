@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "core/backend_registry.h"
 #include "core/uri.h"
 
 namespace fencelock::torture {
@@ -194,11 +195,11 @@ std::optional<std::int64_t> info_field(std::string_view info, std::string_view n
 }  // namespace
 
 std::optional<ProbeProtocol> probe_protocol(std::string_view uri) {
-  if (uri.starts_with("redis://") || uri.starts_with("rediss://") || uri.starts_with("redlock://"))
-    return ProbeProtocol::kRedis;
-  if (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
-    return ProbeProtocol::kPostgres;
-  if (uri.starts_with("etcd://") || uri.starts_with("etcds://")) return ProbeProtocol::kEtcd;
+  const detail::BackendPlugin* plugin = detail::find_backend_plugin(uri);
+  if (plugin == nullptr) return std::nullopt;
+  if (plugin->family == "redis") return ProbeProtocol::kRedis;
+  if (plugin->family == "postgres") return ProbeProtocol::kPostgres;
+  if (plugin->family == "etcd") return ProbeProtocol::kEtcd;
   return std::nullopt;
 }
 
