@@ -1,7 +1,10 @@
 #include "core/try_batcher.h"
 
+#include <exception>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace fencelock::detail {
 
@@ -24,14 +27,24 @@ void TryBatcher::run_one_batch() {
       queue_.pop_front();
     }
   }
+  Status failed(Code::kInternal, "the backend answered fewer tries than it was sent");
   std::vector<GrantRequest> requests;
   requests.reserve(batch.size());
   for (const Pending& p : batch) {
     requests.push_back(GrantRequest{p.request.key, p.request.owner, p.request.ttl,
                                     p.request.metadata, p.request.queue_for, p.request.ticket});
   }
-  std::vector<TryResult> results =
-      requests.empty() ? std::vector<TryResult>() : backend_.try_acquire_many(requests);
+  std::vector<TryResult> results;
+  try {
+    if (!requests.empty()) results = backend_.try_acquire_many(requests);
+  } catch (const std::exception& e) {
+    // Every caller still hears once, and the batcher goes on: a throw here used to leave
+    // running_ set, and every later try of the Client waited for a batch that never ended.
+    results.clear();
+    failed = Status(Code::kInternal, fmt::format("a batch of tries failed: {}", e.what()));
+  }
+  // One outcome per try, whatever the backend returned.
+  results.resize(batch.size(), TryResult{failed, std::nullopt, milliseconds(0)});
   {
     // The next batch goes first: a try that comes due in a callback below joins it.
     MutexLock lock(mu_);

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,20 @@ class BatchRecordingBackend final : public testing::StubBackend {
   bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
 };
 
+// Throws from its first batch, answers the next with kLocked.
+class ThrowingBackend final : public testing::StubBackend {
+ public:
+  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
+    if (calls_.fetch_add(1) == 0) throw std::runtime_error("out of sockets");
+    return std::vector<TryResult>(requests.size(),
+                                  TryResult{Status(Code::kLocked, "held"), std::nullopt, 1ms});
+  }
+  bool batches_tries(milliseconds) const override { return true; }
+
+ private:
+  std::atomic<int> calls_{0};
+};
+
 TryBatcher::Request request(int i) {
   return TryBatcher::Request{*LockKey::make("k" + std::to_string(i)),
                              OwnerId::random(),
@@ -110,6 +126,33 @@ TEST(TryBatcher, TriesThatComeDueDuringABatchGoTogetherInOrderAndEachHearsItsOwn
     EXPECT_EQ(answers[static_cast<std::size_t>(i)], 1) << "try " << i;
     EXPECT_EQ(retry[static_cast<std::size_t>(i)], i) << "try " << i << " heard another's outcome";
   }
+}
+
+TEST(TryBatcher, ABatchThatThrowsFailsItsTriesAndTheNextTriesStillGoOut) {
+  ThrowingBackend backend;
+  Engine engine(2);
+  TryBatcher batcher(backend, [&]() -> Engine& { return engine; });
+  Mutex mu;
+  std::condition_variable_any answered;
+  std::vector<Status> heard;
+  auto submit = [&](int i) {
+    batcher.submit(request(i), [&](const TryResult& result) {
+      MutexLock lock(mu);
+      heard.push_back(result.status);
+      answered.notify_all();
+    });
+  };
+  submit(0);
+  {
+    MutexLock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, kEventBound, [&] { return heard.size() == 1; }));
+    EXPECT_EQ(heard[0].code(), Code::kInternal);
+    EXPECT_NE(heard[0].message().find("out of sockets"), std::string::npos) << heard[0].message();
+  }
+  submit(1);  // stalled for good before: the batcher still thought a batch was running
+  MutexLock lock(mu);
+  ASSERT_TRUE(answered.wait_for(lock, kEventBound, [&] { return heard.size() == 2; }));
+  EXPECT_EQ(heard[1].code(), Code::kLocked);
 }
 
 TEST(TryBatcher, ABatchTakesAtMostMaxBatchTriesAndTheRestFollow) {
