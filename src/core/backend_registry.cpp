@@ -23,7 +23,8 @@ class Registry {
 
   Status add(const BackendPlugin& plugin) {
     if (plugin.schemes.empty() || plugin.connect == nullptr) {
-      return Status(Code::kInvalidArgument, "a backend plugin needs a scheme and a connect function");
+      return Status(Code::kInvalidArgument,
+                    "a backend plugin needs a scheme and a connect function");
     }
     MutexLock lock(mu_);
     for (std::string_view scheme : plugin.schemes) {

@@ -8,8 +8,7 @@ namespace fencelock::detail {
 namespace {
 
 Result<std::unique_ptr<Backend>> connect_memory(std::string_view uri,
-                                                const ClientOptions& /*options*/,
-                                                bool check_only) {
+                                                const ClientOptions& /*options*/, bool check_only) {
   auto parsed = parse_uri(uri, /*default_port=*/1);  // a name has no port: any will do
   if (!parsed.ok()) return parsed.status();
   auto backend = make_memory_backend(*parsed);

@@ -105,13 +105,13 @@ TEST(BackendRegistry, ARegisteredBackendServesConnectAndMigrateAndJoinsTheScheme
 }
 
 TEST(BackendRegistry, RefusesASchemeTakenAlreadyOrNotLowerCase) {
-  static const BackendPlugin taken{.family = "x", .schemes = {"redis"},
-                                   .connect = FakeBackends::connect};
+  static const BackendPlugin taken{
+      .family = "x", .schemes = {"redis"}, .connect = FakeBackends::connect};
   Status twice = register_backend_plugin(taken);
   EXPECT_EQ(twice.code(), Code::kInvalidArgument);
   EXPECT_THAT(twice.message(), HasSubstr("'redis://' is registered already"));
-  static const BackendPlugin upper{.family = "x", .schemes = {"Upper"},
-                                   .connect = FakeBackends::connect};
+  static const BackendPlugin upper{
+      .family = "x", .schemes = {"Upper"}, .connect = FakeBackends::connect};
   EXPECT_EQ(register_backend_plugin(upper).code(), Code::kInvalidArgument);
   static const BackendPlugin no_connect{.family = "x", .schemes = {"noconnect"}};
   EXPECT_EQ(register_backend_plugin(no_connect).code(), Code::kInvalidArgument);
