@@ -7,9 +7,10 @@
 // caller's, or the last Client handle going) gives up the same way a blocking call does: the
 // place in the backend's queue is left and nothing stays held.
 //
-// A backend that waits in a queue on its server (PostgreSQL advisory locks, etcd) has no try to
-// repeat: its acquire() runs on a thread of its own while it waits (a try-only call runs on the
-// engine), until the engine speaks those protocols without blocking.
+// A backend that waits in a queue on its server (ServerQueue: PostgreSQL advisory locks, etcd)
+// has no try to repeat: its acquire_queued() runs on a thread of its own while it waits (a
+// try-only call runs on the engine), until the engine speaks those protocols without blocking.
+// A backend without release events (ReleaseEvents) wakes its waiters on the timers alone.
 #include <algorithm>
 #include <optional>
 #include <system_error>
@@ -120,9 +121,9 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     if (cancelled()) return finish(Status(Code::kCancelled, "acquisition cancelled"));
     granted_before_ = core_->granted_before(key_);
     Backend& backend = core_->backend();
-    if (backend.waits_on_server()) return acquire_on_server();
-    if (waits_) {
-      watch_ = backend.watch(key_, owner_);
+    if (backend.server_queue() != nullptr) return acquire_on_server();
+    if (ReleaseEvents* events = backend.release_events(); waits_ && events != nullptr) {
+      watch_ = events->watch(key_, owner_, request_deadline(core_->options().io_timeout));
       // Through the cell, never owning this: the thread that hears releases (a backend's
       // subscriber) must never drop the last reference to the Client, whose backend joins it.
       (void)watch_->set_waker([cell = waker_cell_] {
@@ -150,10 +151,11 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     // The backend's own wait takes one stop: the caller's or the Client's closing.
     stop_on_stop_.emplace(options_.stop, [this] { stop_.request_stop(); });
     stop_on_closing_.emplace(core_->closing(), [this] { stop_.request_stop(); });
-    if (!waits_) return granted(core_->backend().acquire(call()));
+    ServerQueue& queue = *core_->backend().server_queue();
+    if (!waits_) return granted(queue.acquire_queued(call()));
     try {
-      std::thread([self = shared_from_this()] {
-        Result<Grant> grant = self->core_->backend().acquire(self->call());
+      std::thread([self = shared_from_this(), &queue] {
+        Result<Grant> grant = queue.acquire_queued(self->call());
         self->core_->engine().post(
             [self, grant = std::move(grant)]() mutable { self->granted(std::move(grant)); });
       }).detach();
@@ -171,17 +173,20 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
             ? std::clamp(std::chrono::ceil<milliseconds>(deadline_ - now), milliseconds(1), hold_)
             : milliseconds(0);
     Backend& backend = core_->backend();
-    if (backend.batches_tries(options_.ttl)) {
+    if (BatchedTries* batched = backend.batched_tries();
+        batched != nullptr && batched->batches_tries(options_.ttl)) {
       // With the tries of other acquisitions that come due now: one write per server.
       core_->tries().submit(
           TryBatcher::Request{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),
-                              queue_for, start_ticket_},
+                              queue_for, start_ticket_,
+                              request_deadline(core_->options().io_timeout)},
           [self = shared_from_this()](TryResult attempt) { self->after_try(std::move(attempt)); });
       return;
     }
-    after_try(backend.try_acquire(GrantRequest{key_, owner_, options_.ttl,
-                                               core_->metadata_for(options_, campaign_), queue_for,
-                                               start_ticket_}));
+    after_try(backend.try_acquire(
+        GrantRequest{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),
+                     queue_for, start_ticket_},
+        request_deadline(core_->options().io_timeout)));
   }
 
   // On an engine thread: what the try gave.

@@ -2,11 +2,13 @@
 //
 // The Client owns the contract of fencelock/client.h (local queue, renewal, lost signalling);
 // a Backend only speaks its protocol. Every method is blocking and safe to call from several
-// threads at once. The calls that take a deadline (acquire, release, guarded_put, proclaim) are
-// bounded by it; the others (try_acquire, renew_all, inspect, list, leader, observe) by the
-// backend's own I/O timeout (ClientOptions::io_timeout) per request, not by a deadline of the
-// caller's (list is also bounded by its ListBounds): the engine's interface will give every call
-// one.
+// threads at once. What only some backends offer is a capability (ReleaseEvents, ServerQueue,
+// BatchedTries, GuardedWrites, ElectionBackend) that the Backend hands out, or nullptr.
+// Every call that may wait on a server takes a deadline (list: ListBounds::deadline; observe,
+// which runs until stopped: a stop token) and returns by it, whatever the servers do: a backend
+// may end sooner by its own bounds (ClientOptions::io_timeout per request, a share of the TTL),
+// never later. The callers in the core give a call that is one request now + io_timeout, and an
+// acquisition its own deadline.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/saturate.h"
 #include "fencelock/election.h"
 #include "fencelock/status.h"
 #include "fencelock/types.h"
@@ -90,6 +93,13 @@ struct RenewItem {
   const std::string* backend_key = nullptr;
 };
 
+// The deadline the core gives a call that is one request (a try, inspect, leader, making a
+// watch): io_timeout for the request, and room to fail over to two more servers (an etcd
+// member that does not answer); a backend's own bounds may end it sooner.
+inline Clock::time_point request_deadline(milliseconds io_timeout) {
+  return deadline_after(Clock::now(), io_timeout * 3);  // io_timeout <= kMaxDuration: no overflow
+}
+
 // Per item of a renew_all() call.
 struct RenewOutcome {
   enum Kind {
@@ -136,10 +146,69 @@ struct AcquireCall {
   // A campaign (election.h): `metadata` is the campaigner's value, stored verbatim.
   // REQUIRES: elections() != nullptr
   bool campaign = false;
+  // Every request of the acquisition ends by it (a ServerQueue backend's try_acquire passes its
+  // deadline here); its wait is call.deadline.
+  Clock::time_point io_until = Clock::time_point::max();
 };
 
-// What a backend with leader elections (etcd) offers beyond locks. A campaign is an acquire()
-// with AcquireCall::campaign set; resigning is release().
+// Capabilities: what a backend may offer beyond the base interface, each an interface of its own
+// that the Backend hands out (Backend::release_events() and the others below; nullptr: not
+// offered). The core asks for one where it would use it; no backend implements a capability it
+// lacks with a dummy.
+
+// Release events of a key (Redis pub/sub, PostgreSQL LISTEN/NOTIFY, the in-process table of
+// memory://): a waiter between tries wakes on them. Without it a waiter tries again at the
+// holder's remaining TTL (TryResult::retry_after) only.
+class ReleaseEvents {
+ public:
+  virtual ~ReleaseEvents() = default;
+  // `owner` is the waiter: a backend that addresses wake-ups to the first waiter in line wakes
+  // this watch only for releases addressed to it (or to nobody in particular).
+  // `deadline` bounds what making the watch may wait for (Redis: the subscription confirmed);
+  // past it the watch is made anyway and its waiter wakes on its timers.
+  virtual std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId& owner,
+                                              Clock::time_point deadline) = 0;
+};
+
+// A wait queue on the server (PostgreSQL advisory locks, an etcd mutex): a waiting acquisition
+// is one call that returns once granted, not a series of tries. (Asynchronous acquisitions run
+// it on a thread of its own while it waits, until the engine speaks these protocols without
+// blocking.)
+class ServerQueue {
+ public:
+  virtual ~ServerQueue() = default;
+  // Takes the lock, waiting in the server's queue up to call.deadline. kLocked when the wait ran
+  // out, kCancelled when call.stop fired; either way nothing of this owner is left behind.
+  virtual Result<Grant> acquire_queued(const AcquireCall& call) = 0;
+};
+
+// Tries sent together: the asynchronous engine gathers the tries that come due at once and sends
+// them through try_acquire_many (one write per server).
+class BatchedTries {
+ public:
+  virtual ~BatchedTries() = default;
+  // One result per request, in order, each as Backend::try_acquire would give it; every one by
+  // `deadline`.
+  virtual std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
+                                                  Clock::time_point deadline) = 0;
+  // Whether tries with this TTL go through try_acquire_many (a short TTL cannot wait for a
+  // batch: its validity would pass before the batch is handed back).
+  virtual bool batches_tries(milliseconds ttl) const = 0;
+};
+
+// Writes guarded by the holder's grant, checked by the lock's own server (etcd_fenced_put).
+class GuardedWrites {
+ public:
+  virtual ~GuardedWrites() = default;
+  // Writes key = value only while the grant named `backend_key` (Grant::backend_key) still holds
+  // with `token`. kFenced when it does not.
+  virtual Status guarded_put(const std::string& backend_key, FencingToken token,
+                             std::string_view key, std::string_view value,
+                             Clock::time_point deadline) = 0;
+};
+
+// What a backend with leader elections (etcd) offers beyond locks. A campaign is an acquisition
+// with AcquireCall::campaign set (through ServerQueue); resigning is release().
 class ElectionBackend {
  public:
   virtual ~ElectionBackend() = default;
@@ -147,7 +216,8 @@ class ElectionBackend {
   // revision). kLocked when it does not.
   virtual Status proclaim(const LockKey& name, const OwnerId& owner, std::string_view value,
                           Clock::time_point deadline) = 0;
-  virtual Result<std::optional<LeaderInfo>> leader(const LockKey& name) = 0;
+  virtual Result<std::optional<LeaderInfo>> leader(const LockKey& name,
+                                                   Clock::time_point deadline) = 0;
   // See Election::observe.
   virtual Status observe(const LockKey& name,
                          const std::function<void(const std::optional<LeaderInfo>&)>& on_change,
@@ -169,16 +239,13 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // Takes the lock, waiting up to call.deadline. The default (core/wait_loop.h) is
-  // try_acquire / watch / wait on release events, which fits TTL-based backends; a backend
-  // whose server queues waiters itself (PostgreSQL advisory locks, an etcd mutex) overrides it.
-  // Returns kLocked when the wait ran out, kCancelled when call.stop fired; either way nothing
-  // of this owner is left behind.
-  virtual Result<Grant> acquire(const AcquireCall& call);
-  // Whether acquire() is overridden to wait in a queue on the server (a statement or a watch
-  // that blocks until granted): an asynchronous acquisition that waits then runs acquire() on a
-  // thread of its own, until the engine speaks these protocols without blocking.
-  virtual bool waits_on_server() const { return false; }
+  // The capabilities it offers (above); nullptr: not offered. A backend without a ServerQueue
+  // is acquired by tries (core/wait_loop.h, core/async_acquire.cpp).
+  virtual ReleaseEvents* release_events() { return nullptr; }
+  virtual ServerQueue* server_queue() { return nullptr; }
+  virtual BatchedTries* batched_tries() { return nullptr; }
+  virtual GuardedWrites* guarded_writes() { return nullptr; }
+  virtual ElectionBackend* elections() { return nullptr; }
 
   // Smallest TTL the backend can honour.
   virtual milliseconds min_ttl() const = 0;
@@ -188,24 +255,16 @@ class Backend {
   // not, before anything is sent. Default: every LockKey.
   virtual Status check_name(std::string_view) const { return Status::Ok(); }
 
-  // One attempt to take the lock. Never leaves a partial grant behind: on any failure the
-  // backend has already released (by owner id) whatever it took.
-  virtual TryResult try_acquire(const GrantRequest& request) = 0;
-  // Several tries at once (the asynchronous engine gathers those that come due together): one
-  // result per request, in order, each as try_acquire would give it. The default runs them one
-  // after another; a backend that sends them together (one write per server) overrides it and
-  // says so with batches_tries(), and the engine then sends every try through it.
-  virtual std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests);
-  // Whether tries with this TTL go through try_acquire_many (a short TTL cannot wait for a
-  // batch: its validity would pass before the batch is handed back).
-  virtual bool batches_tries(milliseconds /*ttl*/) const { return false; }
+  // One attempt to take the lock, answered by `deadline` (a try that has not heard enough by then
+  // fails as against unreachable servers). Never leaves a partial grant behind: on any failure
+  // the backend has already released (by owner id) whatever it took, or will (Redis's release
+  // finisher, for an instance that answered late).
+  virtual TryResult try_acquire(const GrantRequest& request, Clock::time_point deadline) = 0;
 
-  // `owner` is the waiter: a backend that addresses wake-ups to the first waiter in line wakes
-  // this watch only for releases addressed to it (or to nobody in particular).
-  virtual std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId& owner) = 0;
-
-  // Renews every item, batched per server. Returns one outcome per item, in order.
-  virtual std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) = 0;
+  // Renews every item, batched per server, by `deadline` (an item not confirmed by then is
+  // kUnknown; RenewItem::renew_by may end its part sooner). One outcome per item, in order.
+  virtual std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                              Clock::time_point deadline) = 0;
 
   // Gives up any place in the wait queue and releases what `owner` holds (compare owner and
   // delete; on Redis, whose lock values are fresh per attempt, a give-up holds nothing and only
@@ -223,7 +282,8 @@ class Backend {
     return release(key, owner, deadline);
   }
 
-  virtual Result<std::optional<HolderRow>> inspect(const LockKey& key) = 0;
+  virtual Result<std::optional<HolderRow>> inspect(const LockKey& key,
+                                                   Clock::time_point deadline) = 0;
   // Bounded by bounds.deadline as a whole (every page, every server) and by bounds.max_locks:
   // once more names than that are found, too_many_locks() (no more pages are read).
   virtual Result<std::vector<HolderRow>> list(std::string_view prefix,
@@ -242,18 +302,6 @@ class Backend {
 
   // Connections reopened after a failure so far (MetricsSnapshot::reconnects).
   virtual std::uint64_t reconnects() const { return 0; }
-
-  // Leader elections, or nullptr when the backend has none.
-  virtual ElectionBackend* elections() { return nullptr; }
-
-  // Writes key = value only while the grant named `backend_key` (Grant::backend_key) still holds
-  // with `token` (etcd_fenced_put in fence.h). kFenced when it does not.
-  virtual Status guarded_put(const std::string& backend_key, FencingToken token,
-                             std::string_view key, std::string_view value,
-                             Clock::time_point deadline) {
-    (void)backend_key, (void)token, (void)key, (void)value, (void)deadline;
-    return Status(Code::kInvalidArgument, "guarded writes need an etcd:// backend");
-  }
 };
 
 }  // namespace fencelock::detail

@@ -144,7 +144,7 @@ std::future<Result<Lease>> Client::acquire_future(const LockKey& key,
 
 Result<std::optional<HolderInfo>> Client::inspect(const LockKey& key) {
   if (Status st = core_->backend().check_name(key.str()); !st.ok()) return st;
-  auto row = core_->backend().inspect(key);
+  auto row = core_->backend().inspect(key, detail::request_deadline(core_->options().io_timeout));
   if (!row.ok()) return row.status();
   if (!row->has_value()) return std::optional<HolderInfo>();
   detail::HolderRow& found = **row;

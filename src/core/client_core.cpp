@@ -14,6 +14,7 @@
 #include "core/holder_metadata.h"
 #include "core/log_internal.h"
 #include "core/saturate.h"
+#include "core/wait_loop.h"
 
 namespace fencelock::detail {
 
@@ -154,7 +155,8 @@ Result<std::shared_ptr<LeaseState>> ClientCore::acquire_as_head(const LockKey& k
                                                                 bool campaign, bool& contended) {
   const OwnerId owner = OwnerId::random();
   const std::uint64_t before = granted_before(key);
-  auto grant = backend_->acquire(
+  auto grant = acquire_blocking(
+      *backend_,
       AcquireCall{key, owner, options.ttl, metadata_for(options, campaign), options.wait, deadline,
                   options.stop, options_.io_timeout, options.shared, campaign});
   if (!grant.ok()) return grant.status();

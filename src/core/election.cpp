@@ -27,7 +27,9 @@ Result<Leadership> Election::campaign(std::string_view value, const CampaignOpti
 }
 
 Result<std::optional<LeaderInfo>> Election::leader() {
-  return detail::ClientAccess::core(client_).backend().elections()->leader(name_);
+  detail::ClientCore& core = detail::ClientAccess::core(client_);
+  return core.backend().elections()->leader(name_,
+                                            detail::request_deadline(core.options().io_timeout));
 }
 
 Status Election::observe(const std::function<void(const std::optional<LeaderInfo>&)>& on_change,

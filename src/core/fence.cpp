@@ -99,7 +99,11 @@ Status etcd_fenced_put(const Lease& lease, const ResourceKey& key, std::string_v
                   "(acquire the lock again)");
   }
   const auto deadline = detail::Clock::now() + state.core->options().io_timeout * 3;
-  return state.core->backend().guarded_put(state.backend_key, state.token, name, value, deadline);
+  detail::GuardedWrites* writes = state.core->backend().guarded_writes();
+  if (writes == nullptr) {
+    return Status(Code::kInvalidArgument, "guarded writes need an etcd:// backend");
+  }
+  return writes->guarded_put(state.backend_key, state.token, name, value, deadline);
 }
 
 }  // namespace fencelock

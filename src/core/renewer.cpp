@@ -242,9 +242,12 @@ void Renewer::run_round() {
   }
   if (sent.empty()) return;
   const Clock::time_point sent_at = Clock::now();
+  // No confirmation is of use after the last lease of the round would be declared lost.
+  Clock::time_point round_deadline = sent_at;
+  for (const RenewItem& item : items) round_deadline = std::max(round_deadline, item.renew_by);
   std::vector<RenewOutcome> outcomes;
   try {
-    outcomes = backend_.renew_all(items);
+    outcomes = backend_.renew_all(items, round_deadline);
   } catch (const std::exception& error) {
     // A backend that fails in a way it did not report must not stop renewal and watching with
     // it (an exception here would end the process): the leases it could not renew are lost now.

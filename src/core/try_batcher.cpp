@@ -1,10 +1,13 @@
 #include "core/try_batcher.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "core/wait_loop.h"
 
 namespace fencelock::detail {
 
@@ -30,13 +33,19 @@ void TryBatcher::run_one_batch() {
   Status failed(Code::kInternal, "the backend answered fewer tries than it was sent");
   std::vector<GrantRequest> requests;
   requests.reserve(batch.size());
+  Clock::time_point deadline = Clock::time_point::max();
+  for (const Pending& p : batch) deadline = std::min(deadline, p.request.deadline);
   for (const Pending& p : batch) {
     requests.push_back(GrantRequest{p.request.key, p.request.owner, p.request.ttl,
                                     p.request.metadata, p.request.queue_for, p.request.ticket});
   }
   std::vector<TryResult> results;
   try {
-    if (!requests.empty()) results = backend_.try_acquire_many(requests);
+    if (!requests.empty()) {
+      BatchedTries* batched = backend_.batched_tries();
+      results = batched != nullptr ? batched->try_acquire_many(requests, deadline)
+                                   : try_one_by_one(backend_, requests, deadline);
+    }
   } catch (const std::exception& e) {
     // Every caller still hears once, and the batcher goes on: a throw here used to leave
     // running_ set, and every later try of the Client waited for a batch that never ended.

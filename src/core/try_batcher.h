@@ -1,6 +1,7 @@
 // TryBatcher: the tries of a Client's asynchronous acquisitions that come due together go to the
-// backend as one call (Backend::try_acquire_many): on Redis, one write per instance for all of
-// them instead of one round trip each, one after another, on an engine thread.
+// backend as one call (BatchedTries::try_acquire_many; one by one for a backend without it): on
+// Redis, one write per instance for all of them instead of one round trip each, one after another,
+// on an engine thread.
 //
 // At most one batch runs at a time; tries submitted meanwhile wait for the next one, which takes
 // up to kMaxBatch of them. So a lone try goes out at once, and under load the batches grow with
@@ -32,6 +33,7 @@ class TryBatcher {
     std::string metadata;
     milliseconds queue_for;
     std::uint64_t ticket;
+    Clock::time_point deadline;  // the try's (a batch ends by the earliest of its tries')
   };
   // Called on an engine thread with the try's outcome.
   using Done = std::function<void(TryResult)>;

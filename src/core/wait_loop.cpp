@@ -1,25 +1,43 @@
 #include "core/wait_loop.h"
 
 #include <algorithm>
+#include <condition_variable>
 
 #include <fmt/format.h>
 
 #include "core/duration.h"
+#include "core/mutex.h"
 
 namespace fencelock::detail {
 
-Result<Grant> Backend::acquire(const AcquireCall& call) {
-  return acquire_with_release_events(*this, call);
+Result<Grant> acquire_blocking(Backend& backend, const AcquireCall& call) {
+  if (ServerQueue* queue = backend.server_queue()) return queue->acquire_queued(call);
+  return acquire_by_tries(backend, call);
 }
 
-std::vector<TryResult> Backend::try_acquire_many(std::span<const GrantRequest> requests) {
+std::vector<TryResult> try_one_by_one(Backend& backend, std::span<const GrantRequest> requests,
+                                      Clock::time_point deadline) {
   std::vector<TryResult> results;
   results.reserve(requests.size());
-  for (const GrantRequest& request : requests) results.push_back(try_acquire(request));
+  for (const GrantRequest& request : requests) {
+    results.push_back(backend.try_acquire(request, deadline));
+  }
   return results;
 }
 
-Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& call) {
+namespace {
+
+// Without release events: the timers alone, and the stop.
+void sleep_until(Clock::time_point until, const std::stop_token& stop) {
+  Mutex mu;
+  std::condition_variable_any never;
+  MutexLock lock(mu);
+  never.wait_until(lock, stop, until, [] { return false; });
+}
+
+}  // namespace
+
+Result<Grant> acquire_by_tries(Backend& backend, const AcquireCall& call) {
   // The place in the backend's FIFO queue: arrival time, the same on every retry and instance.
   const auto ticket = static_cast<std::uint64_t>(
       std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -30,7 +48,11 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
   const milliseconds hold = std::clamp(call.ttl, milliseconds(1000), kQueueHold);
   // Watch before the first try, so that a release between a failed try and the wait is never
   // missed. (For Redis this subscribes once per Client; later watches cost a map insert.)
-  std::unique_ptr<ReleaseWatch> watch = waits ? backend.watch(call.key, call.owner) : nullptr;
+  ReleaseEvents* events = backend.release_events();
+  std::unique_ptr<ReleaseWatch> watch =
+      waits && events != nullptr
+          ? events->watch(call.key, call.owner, request_deadline(call.io_timeout))
+          : nullptr;
   // Gives up: leaves the queue (release by owner id also covers an ambiguous timeout).
   auto give_up = [&](Status status) {
     if (waits) (void)backend.release(call.key, call.owner, Clock::now() + call.io_timeout);
@@ -44,7 +66,8 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
                                               milliseconds(1), hold)
                                  : milliseconds(0);
     TryResult attempt = backend.try_acquire(
-        GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket});
+        GrantRequest{call.key, call.owner, call.ttl, call.metadata, queue_for, ticket},
+        request_deadline(call.io_timeout));
     if (attempt.grant) {
       attempt.grant->contended = attempt.grant->contended || found_held;
       return *attempt.grant;
@@ -62,7 +85,12 @@ Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& c
     // retry_after). A place in line needs no refresh by its waiter (Redis: the Client keeps it
     // alive, scripts/queue.lua).
     const milliseconds fallback = attempt.retry_after + milliseconds(1);
-    watch->wait_until(std::min(call.deadline, now + fallback), call.stop);
+    const Clock::time_point until = std::min(call.deadline, now + fallback);
+    if (watch) {
+      watch->wait_until(until, call.stop);
+    } else {
+      sleep_until(until, call.stop);
+    }
     if (call.stop.stop_requested())
       return give_up(Status(Code::kCancelled, "acquisition cancelled"));
   }

@@ -1,5 +1,6 @@
-// The default way to wait for a lock: try, and on contention sleep until a release event
-// (ReleaseWatch) or the holder's remaining TTL.
+// The blocking way to take a lock: through the backend's ServerQueue when it has one; otherwise
+// try, and on contention sleep until a release event (ReleaseEvents, when the backend has them)
+// or the holder's remaining TTL.
 #pragma once
 
 #include "core/backend.h"
@@ -12,6 +13,16 @@ namespace fencelock::detail {
 // this long, and waiters do not refresh their places.
 inline constexpr milliseconds kQueueHold{5000};
 
-Result<Grant> acquire_with_release_events(Backend& backend, const AcquireCall& call);
+// Takes the lock, waiting up to call.deadline: kLocked when the wait ran out, kCancelled when
+// call.stop fired; either way nothing of this owner is left behind.
+Result<Grant> acquire_blocking(Backend& backend, const AcquireCall& call);
+
+// The part for backends without a ServerQueue: tries, and waits between them.
+Result<Grant> acquire_by_tries(Backend& backend, const AcquireCall& call);
+
+// Backend::try_acquire one request after another: BatchedTries::try_acquire_many for a backend
+// without it.
+std::vector<TryResult> try_one_by_one(Backend& backend, std::span<const GrantRequest> requests,
+                                      Clock::time_point deadline);
 
 }  // namespace fencelock::detail

@@ -137,7 +137,10 @@ const pb::KeyValue* first_of_lock(const pb::RangeResponse& page, std::string_vie
   return nullptr;
 }
 
-class EtcdBackend final : public Backend, public ElectionBackend {
+class EtcdBackend final : public Backend,
+                          public ServerQueue,
+                          public GuardedWrites,
+                          public ElectionBackend {
  public:
   EtcdBackend(std::unique_ptr<EtcdConnection> connection, std::string description,
               std::size_t members, std::string key_namespace, std::string issuer_identity)
@@ -157,9 +160,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   milliseconds min_ttl() const override { return milliseconds(2000); }
 
-  bool waits_on_server() const override { return true; }
+  // A waiter waits on a watch of the key ahead of it (acquire_queued): no tries to repeat, no
+  // release events needed.
+  ServerQueue* server_queue() override { return this; }
+  GuardedWrites* guarded_writes() override { return this; }
 
-  Result<Grant> acquire(const AcquireCall& outer) override {
+  Result<Grant> acquire_queued(const AcquireCall& outer) override {
     auto key = in_namespace(outer.key);
     if (!key.ok()) return key.status();
     const AcquireCall call{*key,         outer.owner,    outer.ttl,  outer.metadata,
@@ -178,37 +184,20 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     }
   }
 
-  TryResult try_acquire(const GrantRequest& request) override {
-    auto grant = acquire(AcquireCall{request.key,
-                                     request.owner,
-                                     request.ttl,
-                                     request.metadata,
-                                     milliseconds(0),
-                                     Clock::now(),
-                                     {},
-                                     options_.io_timeout});
+  TryResult try_acquire(const GrantRequest& request, Clock::time_point deadline) override {
+    AcquireCall call{request.key,     request.owner, request.ttl, request.metadata,
+                     milliseconds(0), Clock::now(),  {},          options_.io_timeout};
+    call.io_until = deadline;
+    auto grant = acquire_queued(call);
     if (grant.ok()) return TryResult{Status::Ok(), *grant, milliseconds(0)};
     return TryResult{grant.status(), std::nullopt, milliseconds(0)};
-  }
-
-  // Unused: acquire() waits on etcd watches itself. A watch that only sleeps keeps the contract.
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override {
-    struct Sleeper final : ReleaseWatch {
-      bool wait_until(Clock::time_point until, std::stop_token stop) override {
-        Mutex mu;
-        std::condition_variable_any cv;
-        MutexLock lock(mu);
-        cv.wait_until(lock, stop, until, [] { return false; });
-        return false;
-      }
-    };
-    return std::make_unique<Sleeper>();
   }
 
   // Per session: first the deletes that failed earlier on it (settle(): no keep-alive while one
   // is pending), then one keep-alive, then the own-key checks (etcd_own_keys.h): a lease whose
   // key is gone or was re-created is rejected, the others are renewed.
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point deadline) override {
     std::vector<RenewOutcome> out(items.size());
     std::map<std::shared_ptr<Session>, HeldKeys> by_session;
     {
@@ -226,10 +215,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     }
     for (const auto& [session, held] : by_session) {
       const Clock::time_point sent = Clock::now();
-      const RenewOutcome::Kind kind = send_keep_alive(session, sent);
+      const RenewOutcome::Kind kind = send_keep_alive(session, sent, deadline);
       for (std::size_t i : held.items) out[i].kind = kind;
       if (kind != RenewOutcome::kRenewed) continue;
-      check_own_keys(held, out);
+      check_own_keys(held, out, deadline);
       for (std::size_t i : held.items) {
         if (out[i].kind == RenewOutcome::kRenewed) {
           out[i].valid_until = validity_deadline(sent, items[i].ttl, options_.drift_factor);
@@ -262,11 +251,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
                       "keep-alive, or expires with the session within its TTL)");
   }
 
-  Result<std::optional<HolderRow>> inspect(const LockKey& outer) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& outer,
+                                           Clock::time_point deadline) override {
     auto key = in_namespace(outer);
     if (!key.ok()) return key.status();
     std::int64_t revision = 0;
-    auto first = first_key(key->str(), /*descending=*/false, 0, 0, &revision);
+    auto first = first_key(key->str(), /*descending=*/false, 0, 0, &revision, deadline);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::optional<HolderRow>();
     std::map<std::int64_t, milliseconds> ttls;
@@ -349,7 +339,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       current = static_cast<std::uint64_t>(holder->create_revision());
     } else if (page.more()) {  // the first page held only other locks' keys: look further
       std::int64_t ignored = 0;
-      auto first = first_key(std::string(*name), false, 0, 0, &ignored);
+      auto first = first_key(std::string(*name), false, 0, 0, &ignored, deadline);
       if (first.ok() && first->has_value())
         current = static_cast<std::uint64_t>((*first)->create_revision());
     }
@@ -389,11 +379,12 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return Status::Ok();
   }
 
-  Result<std::optional<LeaderInfo>> leader(const LockKey& outer) override {
+  Result<std::optional<LeaderInfo>> leader(const LockKey& outer,
+                                           Clock::time_point deadline) override {
     auto name = in_namespace(outer);
     if (!name.ok()) return name.status();
     std::int64_t revision = 0;
-    auto first = first_key(name->str(), /*descending=*/false, 0, 0, &revision);
+    auto first = first_key(name->str(), /*descending=*/false, 0, 0, &revision, deadline);
     if (!first.ok()) return first.status();
     return leader_of(*first);
   }
@@ -410,7 +401,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       // Read the leader at revision R, then watch the election's keys from R + 1: no change can
       // fall between the read and the watch.
       std::int64_t revision = 0;
-      auto first = first_key(name.str(), /*descending=*/false, 0, 0, &revision);
+      auto first = first_key(name.str(), /*descending=*/false, 0, 0, &revision,
+                             Clock::time_point::max());  // each read: the op budget
       if (!first.ok()) {
         if (stop.stop_requested()) break;
         return first.status();
@@ -475,7 +467,10 @@ class EtcdBackend final : public Backend, public ElectionBackend {
     return !a || (a->key == b->key && a->value == b->value && a->token == b->token);
   }
 
-  Clock::time_point op_deadline() const { return Clock::now() + op_budget_; }
+  // One call's deadline: the op budget (failing over across every member), or `cap` if sooner.
+  Clock::time_point op_deadline(Clock::time_point cap = Clock::time_point::max()) const {
+    return std::min(Clock::now() + op_budget_, cap);
+  }
 
   // The session for `ttl` (rounded up to whole seconds), granting a lease when there is none or
   // the last one may have expired (its validity, by our clock, has passed).
@@ -784,13 +779,13 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // kRejected (the lease is gone) or kUnknown (no answer, or a failed delete is still pending: a
   // keep-alive would keep that key alive too).
   RenewOutcome::Kind send_keep_alive(const std::shared_ptr<Session>& session,
-                                     Clock::time_point sent) {
-    if (!session->dead && !settle(session, sent + options_.io_timeout))
-      return RenewOutcome::kUnknown;
+                                     Clock::time_point sent,
+                                     Clock::time_point cap = Clock::time_point::max()) {
+    const Clock::time_point until = std::min(sent + options_.io_timeout, cap);
+    if (!session->dead && !settle(session, until)) return RenewOutcome::kUnknown;
     std::int64_t ttl = 0;
-    grpc::Status status = session->dead
-                              ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
-                              : conn_->keep_alive(session->id, sent + options_.io_timeout, &ttl);
+    grpc::Status status = session->dead ? grpc::Status(grpc::StatusCode::NOT_FOUND, "lease gone")
+                                        : conn_->keep_alive(session->id, until, &ttl);
     if (status.ok() && ttl > 0) {
       session->confirm(sent);
       return RenewOutcome::kRenewed;
@@ -805,14 +800,14 @@ class EtcdBackend final : public Backend, public ElectionBackend {
   // Confirms that every key of `held` still exists with its revision: the outcome of its item
   // becomes kRejected for a key that is gone or re-created, and kUnknown for keys whose check got
   // no answer (the checks after one without an answer are not sent: the round is retried soon).
-  void check_own_keys(const HeldKeys& held, std::vector<RenewOutcome>& out) {
+  void check_own_keys(const HeldKeys& held, std::vector<RenewOutcome>& out, Clock::time_point cap) {
     const std::vector<pb::TxnRequest> checks = own_key_checks(held.keys);
     bool answered = true;
     for (std::size_t c = 0; c < checks.size(); ++c) {
       pb::TxnResponse response;
       if (answered) {
         answered = conn_
-                       ->call(Clock::now() + options_.io_timeout,
+                       ->call(std::min(Clock::now() + options_.io_timeout, cap),
                               [&](Stubs& s, grpc::ClientContext& context) {
                                 return s.kv->Txn(&context, checks[c], &response);
                               })
@@ -844,15 +839,17 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   // The first key of lock `name` in create-revision order (ascending; or descending, below
   // `max_create`), read at `revision` (0: now; the revision read is stored in *read_revision).
+  // Each request ends by op_deadline(cap).
   Result<std::optional<pb::KeyValue>> first_key(const std::string& name, bool descending,
                                                 std::int64_t max_create, std::int64_t revision,
-                                                std::int64_t* read_revision) {
+                                                std::int64_t* read_revision,
+                                                Clock::time_point cap) {
     pb::RangeRequest request = first_page(name, descending);
     if (max_create > 0) request.set_max_create_revision(max_create);
     request.set_revision(revision);
     for (;;) {
       pb::RangeResponse page;
-      grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+      grpc::Status status = conn_->call(op_deadline(cap), [&](Stubs& s, grpc::ClientContext& c) {
         return s.kv->Range(&c, request, &page);
       });
       if (!status.ok()) return to_status(status, "range");
@@ -877,7 +874,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         tie.set_min_create_revision(last);
         tie.set_max_create_revision(last);
         pb::RangeResponse tied;
-        status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        status = conn_->call(op_deadline(cap), [&](Stubs& s, grpc::ClientContext& c) {
           return s.kv->Range(&c, tie, &tied);
         });
         if (!status.ok()) return to_status(status, "range");
@@ -910,10 +907,11 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       request.add_failure()->mutable_request_range()->set_key(held.key);
       pb::TxnResponse response;
       int tries = 0;
-      grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
-        ++tries;
-        return s.kv->Txn(&c, request, &response);
-      });
+      grpc::Status status =
+          conn_->call(op_deadline(call.io_until), [&](Stubs& s, grpc::ClientContext& c) {
+            ++tries;
+            return s.kv->Txn(&c, request, &response);
+          });
       // A try before the last went unanswered (the call retries only then) and may still be
       // applied, after this acquisition ended, whatever the last try's answer.
       if (tries > 1) remember_ghost(held);
@@ -924,7 +922,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         leftover.revision = found.kvs_size() > 0 ? found.kvs(0).create_revision() : 0;
         if (attempt > 0)
           return grpc::Status(grpc::StatusCode::INTERNAL, "own key keeps reappearing");
-        Status erased = delete_own_key(leftover, op_deadline());
+        Status erased = delete_own_key(leftover, op_deadline(call.io_until));
         if (!erased.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, erased.message());
         continue;
       }
@@ -935,7 +933,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         return grpc::Status::OK;
       }
       std::int64_t ignored = 0;
-      auto first = first_key(held.name, false, 0, held.revision, &ignored);
+      auto first = first_key(held.name, false, 0, held.revision, &ignored, call.io_until);
       if (!first.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, first.status().message());
       // Our key is in that snapshot, so something is found; were nothing found, that is no
       // grant (0: never our revision).
@@ -946,17 +944,17 @@ class EtcdBackend final : public Backend, public ElectionBackend {
 
   // After a wake-up: whether the own key still exists with its revision (etcd issue 11456: a
   // session that expired while waiting takes the own key with it), and the holder's revision.
-  Result<bool> recheck(const Held& held, std::int64_t* holder_revision) {
+  Result<bool> recheck(const Held& held, std::int64_t* holder_revision, Clock::time_point cap) {
     pb::RangeRequest own;
     own.set_key(held.key);
     pb::RangeResponse mine;
-    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+    grpc::Status status = conn_->call(op_deadline(cap), [&](Stubs& s, grpc::ClientContext& c) {
       return s.kv->Range(&c, own, &mine);
     });
     if (!status.ok()) return to_status(status, "range");
     if (mine.kvs_size() == 0 || mine.kvs(0).create_revision() != held.revision) return false;
     std::int64_t ignored = 0;
-    auto first = first_key(held.name, false, 0, mine.header().revision(), &ignored);
+    auto first = first_key(held.name, false, 0, mine.header().revision(), &ignored, cap);
     if (!first.ok()) return first.status();
     *holder_revision = first->has_value() ? (*first)->create_revision() : 0;
     return true;
@@ -1022,7 +1020,8 @@ class EtcdBackend final : public Backend, public ElectionBackend {
         return give_up(call.owner, held, Status(Code::kLocked, "key is still held after waiting"));
       }
       std::int64_t revision = 0;
-      auto predecessor = first_key(held.name, /*descending=*/true, held.revision - 1, 0, &revision);
+      auto predecessor =
+          first_key(held.name, /*descending=*/true, held.revision - 1, 0, &revision, call.io_until);
       if (!predecessor.ok()) return give_up(call.owner, held, predecessor.status());
       if (predecessor->has_value()) {
         const Clock::time_point keep_alive_due = session->confirmed() + session->ttl / 3;
@@ -1038,7 +1037,7 @@ class EtcdBackend final : public Backend, public ElectionBackend {
       }
       // No renewer covers a waiter: it keeps its own session alive.
       if (!keep_session_alive(session, false)) return restart(call.owner, held);
-      auto still_mine = recheck(held, &holder);
+      auto still_mine = recheck(held, &holder, call.io_until);
       if (!still_mine.ok()) return give_up(call.owner, held, still_mine.status());
       if (!*still_mine) {
         (void)keep_session_alive(session,

@@ -89,14 +89,17 @@ class MemoryWatch final : public ReleaseWatch {
   std::uint64_t waker_ = 0;
 };
 
-class MemoryBackend final : public Backend {
+class MemoryBackend final : public Backend, public ReleaseEvents {
  public:
   MemoryBackend(std::string name, std::shared_ptr<Table> table)
       : name_(std::move(name)), table_(std::move(table)) {}
 
+  ReleaseEvents* release_events() override { return this; }
+
   milliseconds min_ttl() const override { return milliseconds(10); }
 
-  TryResult try_acquire(const GrantRequest& request) override {
+  // memory:// does no I/O: every call returns at once, well within its deadline.
+  TryResult try_acquire(const GrantRequest& request, Clock::time_point /*deadline*/) override {
     Clock::time_point sent = Clock::now();
     MutexLock lock(table_->mu);
     auto& e = table_->entries[request.key.str()];
@@ -113,11 +116,13 @@ class MemoryBackend final : public Backend {
     return TryResult{Status::Ok(), grant, milliseconds(0)};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&,
+                                      Clock::time_point /*deadline*/) override {
     return std::make_unique<MemoryWatch>(table_, key.str());
   }
 
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point /*deadline*/) override {
     Clock::time_point sent = Clock::now();
     MutexLock lock(table_->mu);
     std::vector<RenewOutcome> out;
@@ -149,7 +154,8 @@ class MemoryBackend final : public Backend {
     return Status::Ok();
   }
 
-  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
+  Result<std::optional<HolderRow>> inspect(const LockKey& key,
+                                           Clock::time_point /*deadline*/) override {
     Clock::time_point now = Clock::now();
     MutexLock lock(table_->mu);
     auto it = table_->entries.find(key.str());

@@ -11,7 +11,6 @@
 #include "core/mutex.h"
 #include "core/quorum.h"
 #include "core/saturate.h"
-#include "core/wake_board.h"
 #include "postgres/advisory_key.h"
 #include "postgres/session_pool.h"
 #include "postgres_sql.h"
@@ -27,7 +26,7 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
   return PQgetisnull(r, row, col) ? 0 : std::strtoll(PQgetvalue(r, row, col), nullptr, 10);
 }
 
-class AdvisoryBackend final : public Backend {
+class AdvisoryBackend final : public Backend, public ServerQueue {
  public:
   AdvisoryBackend(PostgresUri uri, ClientOptions options, milliseconds wait_turn)
       : uri_(std::move(uri)),
@@ -40,28 +39,26 @@ class AdvisoryBackend final : public Backend {
   bool supports_shared() const override { return true; }
   Status check_name(std::string_view name) const override { return postgres::check_name(name); }
 
-  bool waits_on_server() const override { return true; }
+  // Waits happen in PostgreSQL's lock queue: no tries to repeat, no release events needed.
+  ServerQueue* server_queue() override { return this; }
 
-  Result<Grant> acquire(const AcquireCall& call) override {
+  Result<Grant> acquire_queued(const AcquireCall& call) override {
     const std::int64_t key = advisory_key(call.key.str());
     if (call.wait <= milliseconds(0)) return try_once(call, key);
     return wait_in_queue(call, key);
   }
 
-  TryResult try_acquire(const GrantRequest& req) override {
+  TryResult try_acquire(const GrantRequest& req, Clock::time_point deadline) override {
     AcquireCall call{req.key,         req.owner,    req.ttl, req.metadata,
                      milliseconds(0), Clock::now(), {},      options_.io_timeout};
-    auto grant = try_once(call, advisory_key(req.key.str()));
+    auto grant = try_once(call, advisory_key(req.key.str()), deadline);
     if (grant.ok()) return TryResult{Status::Ok(), *grant, milliseconds(0)};
     return TryResult{grant.status(), std::nullopt, milliseconds(0)};
   }
 
-  // Waits happen in PostgreSQL's queue (acquire), so no release events are needed.
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
-    return unused_.watch(key.str());
-  }
-
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  // Each session's health check ends by the earlier of io_timeout and `deadline`.
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point deadline) override {
     std::vector<RenewOutcome> out(items.size());
     std::map<Session*, std::vector<std::size_t>> by_session;
     std::map<Session*, std::shared_ptr<Session>> sessions;
@@ -80,7 +77,8 @@ class AdvisoryBackend final : public Backend {
     for (auto& [raw, indices] : by_session) {
       const std::shared_ptr<Session>& session = sessions[raw];
       const Clock::time_point sent = Clock::now();
-      Status ready = sessions_.checkout_this(session, sent + options_.io_timeout);
+      const Clock::time_point until = std::min(sent + options_.io_timeout, deadline);
+      Status ready = sessions_.checkout_this(session, until);
       RenewOutcome::Kind kind = RenewOutcome::kUnknown;
       if (ready.code() == Code::kUnavailable) {
         kind = RenewOutcome::kRejected;  // the session died: its locks are gone
@@ -88,8 +86,8 @@ class AdvisoryBackend final : public Backend {
         // The health check: the session is alive, and still the marked one (a pooler that
         // moved the connection to another server session has left its locks behind).
         bool broken = false;
-        auto r = execute(session->conn.get(), std::string(kStillMarked), {session->mark},
-                         sent + options_.io_timeout, broken);
+        auto r =
+            execute(session->conn.get(), std::string(kStillMarked), {session->mark}, until, broken);
         const bool kept = r.ok() && std::string_view(PQgetvalue(r->get(), 0, 0)) == "t";
         if (r.ok() && !kept) log_not_kept();
         finish(session, broken || !kept);
@@ -137,12 +135,14 @@ class AdvisoryBackend final : public Backend {
     return freed_with_session(holding, owner, deadline);
   }
 
-  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
-    auto found = query_holders(key.str(), true);
+  Result<std::optional<HolderRow>> inspect(const LockKey& key,
+                                           Clock::time_point deadline) override {
+    auto found = query_holders(key.str(), true, deadline);
     if (!found.ok()) return found.status();
     if (!found->empty()) return std::optional<HolderRow>(std::move(found->front()));
     // Held by a session that is not a fencelock client (psql, another library)?
-    auto r = run_any(std::string(sql::advisory_foreign), {std::to_string(advisory_key(key.str()))});
+    auto r = run_any(std::min(deadline, Clock::now() + options_.io_timeout),
+                     std::string(sql::advisory_foreign), {std::to_string(advisory_key(key.str()))});
     if (!r.ok()) return r.status();
     if (PQntuples(r->get()) == 0) return std::optional<HolderRow>();
     const PGresult* res = r->get();
@@ -330,14 +330,18 @@ class AdvisoryBackend final : public Backend {
                     .message());
   }
 
-  Result<Grant> try_once(const AcquireCall& call, std::int64_t key) {
+  // One try, its checkout and statement ending by the earlier of io_timeout and `until` (the
+  // recovery after an ambiguous statement may take io_timeout more: it must leave nothing held).
+  Result<Grant> try_once(const AcquireCall& call, std::int64_t key,
+                         Clock::time_point until = Clock::time_point::max()) {
     const Clock::time_point sent = Clock::now();
-    auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, sent + options_.io_timeout);
+    const Clock::time_point bound = std::min(sent + options_.io_timeout, until);
+    auto session = sessions_.checkout(SessionPool::Need::kNotKey, key, bound);
     if (!session.ok()) return session.status();
     bool broken = false;
     std::shared_future<void> cancel_done;
     auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
-                     note_params(call, key, **session), sent + options_.io_timeout, broken,
+                     note_params(call, key, **session), bound, broken,
                      /*multi=*/false, {}, &cancel_done);
     if (!r.ok()) {
       // Ambiguous: the statement may have taken the lock before it failed (a session-level lock
@@ -484,7 +488,6 @@ class AdvisoryBackend final : public Backend {
   const ClientOptions options_;
   const milliseconds wait_turn_;  // the longest lock_timeout of one turn of a wait
   SessionPool sessions_;
-  WakeBoard unused_;
   Mutex mu_;
   std::map<std::string, Holding> held_
       FENCELOCK_GUARDED_BY(mu_);  // owner id -> where its lock lives

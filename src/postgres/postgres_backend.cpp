@@ -191,7 +191,7 @@ constexpr int kPlaceholderRuns = 4;
 // again this often (and at the holder's expiry).
 constexpr milliseconds kPollWithoutListen(200);
 
-class LeaseBackend final : public Backend {
+class LeaseBackend final : public Backend, public ReleaseEvents {
  public:
   // `sessions_kept` false (keeps_sessions()): no session settings (they would land on server
   // connections other clients share), no LISTEN; waiters poll every kPollWithoutListen.
@@ -208,14 +208,14 @@ class LeaseBackend final : public Backend {
   milliseconds min_ttl() const override { return milliseconds(1000); }
   Status check_name(std::string_view name) const override { return postgres::check_name(name); }
 
-  TryResult try_acquire(const GrantRequest& req) override {
+  TryResult try_acquire(const GrantRequest& req, Clock::time_point until) override {
     Result<ResultPtr> r = Status(Code::kInternal, "not run");
     Clock::time_point validity;
     int placeholders = 0;  // runs that found no row and inserted one (lease_acquire.sql)
     for (int attempt = 0;; ++attempt) {
       const Clock::time_point sent = Clock::now();
       validity = validity_deadline(sent, req.ttl, options_.drift_factor);
-      const Clock::time_point deadline = std::min(sent + options_.io_timeout, validity);
+      const Clock::time_point deadline = std::min({sent + options_.io_timeout, validity, until});
       // Names this run, so that a late run of it can be refused (release_unknown) without
       // refusing the runs after it, which carry the same owner id.
       const std::string run_id = OwnerId::random().hex();
@@ -276,11 +276,16 @@ class LeaseBackend final : public Backend {
     return TryResult{Status(Code::kLocked, "key is held by another owner"), std::nullopt, left};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&) override {
-    return listener_.watch(key.str());
+  // Through a pooler that keeps no sessions there is no LISTEN: waiters then wake on their
+  // timers alone (every kPollWithoutListen).
+  ReleaseEvents* release_events() override { return sessions_kept_ ? this : nullptr; }
+  std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&,
+                                      Clock::time_point /*deadline*/) override {
+    return listener_.watch(key.str());  // the listener's own thread LISTENs: nothing to wait for
   }
 
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point deadline) override {
     std::vector<RenewOutcome> out(items.size());
     if (items.empty()) return out;
     nlohmann::json batch = nlohmann::json::array();
@@ -293,8 +298,8 @@ class LeaseBackend final : public Backend {
     const Clock::time_point sent = Clock::now();
     auto r = run(pool_, std::string(sql::lease_renew),
                  {batch.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)},
-                 std::min(sent + options_.io_timeout,
-                          validity_deadline(sent, shortest, options_.drift_factor)),
+                 std::min({sent + options_.io_timeout,
+                           validity_deadline(sent, shortest, options_.drift_factor), deadline}),
                  false, Retry::kOnDeadConnection);
     if (!r.ok()) return out;  // all unknown: retried, and lost at their validity if it persists
     std::set<std::pair<std::string, std::string>> renewed;  // (name, owner)
@@ -334,8 +339,9 @@ class LeaseBackend final : public Backend {
     return r.status();
   }
 
-  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
-    auto found = query_holders(key.str(), true);
+  Result<std::optional<HolderRow>> inspect(const LockKey& key,
+                                           Clock::time_point deadline) override {
+    auto found = query_holders(key.str(), true, deadline);
     if (!found.ok()) return found.status();
     if (found->empty()) return std::optional<HolderRow>();
     return std::optional<HolderRow>(std::move(found->front()));

@@ -66,7 +66,7 @@ struct Round1 {
   std::vector<std::pair<std::size_t, std::string>> error_replies;
 };
 
-class RedlockBackend final : public Backend {
+class RedlockBackend final : public Backend, public ReleaseEvents, public BatchedTries {
  public:
   RedlockBackend(const std::vector<ConnectSpec>& specs, ClientOptions options,
                  std::string description, std::size_t renew_batch)
@@ -94,10 +94,13 @@ class RedlockBackend final : public Backend {
     return total;
   }
 
+  ReleaseEvents* release_events() override { return this; }
+  BatchedTries* batched_tries() override { return this; }
+
   milliseconds min_ttl() const override { return milliseconds(10); }
 
-  TryResult try_acquire(const GrantRequest& req) override {
-    Attempt attempt = prepare_attempt(req, Clock::now());
+  TryResult try_acquire(const GrantRequest& req, Clock::time_point deadline) override {
+    Attempt attempt = prepare_attempt(req, Clock::now(), deadline);
     auto calls = calls_to_all(&attempt.command);
     fan_out(calls, attempt.io_deadline, majority_then_grace(req.ttl));
     return conclude_attempt(req, attempt, calls);
@@ -114,19 +117,20 @@ class RedlockBackend final : public Backend {
   // reply) and must not impose on the others. The shorter ones go alone. The tries that reached
   // a majority are concluded first, so that a failed one's release never delays a grant.
   static constexpr milliseconds kBatchMinTtl{1000};
-  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests) override {
+  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
+                                          Clock::time_point deadline) override {
     std::vector<std::optional<TryResult>> results(requests.size());
     std::map<milliseconds, std::vector<std::size_t>> batches;  // by acquisition cap
     for (std::size_t i = 0; i < requests.size(); ++i) {
       if (requests[i].ttl < kBatchMinTtl) {
-        results[i] = try_acquire(requests[i]);
+        results[i] = try_acquire(requests[i], deadline);
       } else {
         batches[acquire_io_cap(requests[i].ttl)].push_back(i);
       }
     }
     for (const auto& [cap, members] : batches) {
       if (members.size() == 1) {
-        results[members[0]] = try_acquire(requests[members[0]]);
+        results[members[0]] = try_acquire(requests[members[0]], deadline);
         continue;
       }
       const Clock::time_point sent = Clock::now();
@@ -135,7 +139,7 @@ class RedlockBackend final : public Backend {
       Clock::time_point io_deadline = Clock::time_point::max();
       milliseconds shortest = milliseconds::max();
       for (std::size_t i : members) {
-        attempts.push_back(prepare_attempt(requests[i], sent));
+        attempts.push_back(prepare_attempt(requests[i], sent, deadline));
         io_deadline = std::min(io_deadline, attempts.back().io_deadline);
         shortest = std::min(shortest, requests[i].ttl);
       }
@@ -185,18 +189,21 @@ class RedlockBackend final : public Backend {
   struct Attempt {
     Clock::time_point sent;
     Clock::time_point validity;
-    Clock::time_point io_deadline;
+    Clock::time_point io_deadline;  // round 1's
+    Clock::time_point deadline;     // the caller's: rounds 1 and 2 end by it
     std::string value;
     std::vector<std::string> owed;
     std::string command;
   };
 
-  Attempt prepare_attempt(const GrantRequest& req, Clock::time_point sent) {
+  Attempt prepare_attempt(const GrantRequest& req, Clock::time_point sent,
+                          Clock::time_point deadline) {
     const Clock::time_point validity = validity_deadline(sent, req.ttl, options_.drift_factor);
     // A slow or silent instance must not eat the lease: an acquisition waits at most ttl/10
     // (io_timeout if shorter) for any instance, and once a majority has answered the rest get
-    // only a short grace.
-    const Clock::time_point io_deadline = std::min(sent + acquire_io_cap(req.ttl), validity);
+    // only a short grace. And never past the caller's deadline.
+    const Clock::time_point io_deadline =
+        std::min({sent + acquire_io_cap(req.ttl), validity, deadline});
     const std::string& k = req.key.str();
     const std::string owner = req.owner.hex();
     // A fresh lock value for every attempt (the Redlock rule): the owner id names the waiter,
@@ -221,8 +228,8 @@ class RedlockBackend final : public Backend {
       keys.push_back(tombstone_key(k, released));
       args.push_back(released);
     }
-    return Attempt{sent,  validity, io_deadline,
-                   value, owed,     evalsha(lua::acquire_sha1, keys, args)};
+    return Attempt{
+        sent, validity, io_deadline, deadline, value, owed, evalsha(lua::acquire_sha1, keys, args)};
   }
 
   // What round 1's replies (`calls`, one command each) make of the attempt.
@@ -244,7 +251,7 @@ class RedlockBackend final : public Backend {
     Status failure;
     if (has_quorum(static_cast<int>(r1.granted.size()), n())) {
       std::optional<FencingToken> token = select_token(r1.counters);
-      Status confirmed = round2(req, value, *token, r1, validity);
+      Status confirmed = round2(req, value, *token, r1, std::min(validity, attempt.deadline));
       if (confirmed.ok() && Clock::now() < validity) {
         return TryResult{Status::Ok(), Grant{*token, validity, value}, milliseconds(0)};
       }
@@ -273,11 +280,13 @@ class RedlockBackend final : public Backend {
     return TryResult{failure, std::nullopt, retry};
   }
 
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId& owner) override {
-    return hub_.watch(owner.hex());
+  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId& owner,
+                                      Clock::time_point deadline) override {
+    return hub_.watch(owner.hex(), deadline);
   }
 
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point deadline) override {
     std::vector<RenewOutcome> out(items.size());
     if (items.empty()) return out;
     const Clock::time_point sent = Clock::now();
@@ -312,13 +321,14 @@ class RedlockBackend final : public Backend {
     // left when its outcome is applied, which is when `fencelock run` would stop its command
     // (a quarter did not: with one instance of three stopped, run stopped its command at a
     // 2 s TTL every time).
-    fan_out(calls,
-            std::min(std::max(renew_by, sent + options_.io_timeout),
-                     sent + shortest - drift_allowance(shortest, options_.drift_factor)),
-            PipelineLimits{.stall = options_.io_timeout,
-                           .enough = static_cast<std::size_t>(quorum(n())),
-                           .enough_by = sent + options_.io_timeout,
-                           .grace = shortest / 12});
+    fan_out(
+        calls,
+        std::min({std::max(renew_by, sent + options_.io_timeout),
+                  sent + shortest - drift_allowance(shortest, options_.drift_factor), deadline}),
+        PipelineLimits{.stall = options_.io_timeout,
+                       .enough = static_cast<std::size_t>(quorum(n())),
+                       .enough_by = sent + options_.io_timeout,
+                       .grace = shortest / 12});
     std::vector<int> confirmed(items.size()), rejected(items.size());
     for (auto& call : calls) {
       for (std::size_t c = 0; c < call.replies.size(); ++c) {
@@ -496,8 +506,9 @@ class RedlockBackend final : public Backend {
                               answered, only.empty() ? n() : sent, problems));
   }
 
-  Result<std::optional<HolderRow>> inspect(const LockKey& key) override {
-    auto found = inspect_many({key.str()});
+  Result<std::optional<HolderRow>> inspect(const LockKey& key,
+                                           Clock::time_point deadline) override {
+    auto found = inspect_many({key.str()}, /*partial=*/false, deadline);
     if (!found.ok()) return found.status();
     if (found->empty()) return std::optional<HolderRow>();
     return std::optional<HolderRow>(std::move(found->front()));
@@ -613,8 +624,9 @@ class RedlockBackend final : public Backend {
   // below it (max-register write-back). An instance whose counter already equals the token is
   // confirmed by round 1 itself (counters only grow), so when the instances are in step (the
   // usual case, and always for N = 1) round 2 sends nothing and costs no round trip.
+  // Ends by `until` (the validity, or the caller's deadline if sooner).
   Status round2(const GrantRequest& req, const std::string& value, FencingToken token,
-                const Round1& r1, Clock::time_point validity) {
+                const Round1& r1, Clock::time_point until) {
     int confirmed = 0;
     std::vector<InstanceCall> calls;
     const std::string& k = req.key.str();
@@ -636,7 +648,7 @@ class RedlockBackend final : public Backend {
     if (!calls.empty()) {
       PipelineLimits limits = majority_then_grace(req.ttl);
       limits.enough = static_cast<std::size_t>(needed);
-      fan_out(calls, std::min(validity, Clock::now() + acquire_io_cap(req.ttl)), limits);
+      fan_out(calls, std::min(until, Clock::now() + acquire_io_cap(req.ttl)), limits);
     }
     for (auto& call : calls) {
       if (call.error.ok() && raise_fence_confirmed(*call.replies[0])) confirmed++;

@@ -40,7 +40,8 @@ void ReleaseHub::stop() {
   subscribers_.clear();
 }
 
-std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
+std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner,
+                                                Clock::time_point deadline) {
   std::call_once(started_, [&] {
     for (std::size_t i = 0; i < instances_.size(); ++i) {
       subscribers_.push_back(
@@ -54,11 +55,12 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner) {
     // Wait until every instance was tried once and every connected one confirmed (instances that
     // are down cannot publish to us either; the holder's TTL is the fallback for them).
     MutexLock lock(mu_);
-    ready_.wait_for(lock, confirm_timeout_, [&]() FENCELOCK_REQUIRES(mu_) {
-      return attempted_.size() == instances_.size() &&
-             std::includes(subscribed_on_.begin(), subscribed_on_.end(), connected_.begin(),
-                           connected_.end());
-    });
+    ready_.wait_until(lock, std::min(deadline, Clock::now() + confirm_timeout_),
+                      [&]() FENCELOCK_REQUIRES(mu_) {
+                        return attempted_.size() == instances_.size() &&
+                               std::includes(subscribed_on_.begin(), subscribed_on_.end(),
+                                             connected_.begin(), connected_.end());
+                      });
   }
   auto watch = board_.watch(owner);
   {

@@ -69,8 +69,9 @@ class ReleaseHub {
   std::string alive_key() const { return wake_channel_ + ":alive"; }
 
   // A watch for the waiter `owner` (hex). The first watch starts the subscribers and waits
-  // (bounded by confirm_timeout) until every connected instance confirmed the subscription.
-  std::unique_ptr<ReleaseWatch> watch(const std::string& owner);
+  // (bounded by confirm_timeout and `deadline`) until every connected instance confirmed the
+  // subscription.
+  std::unique_ptr<ReleaseWatch> watch(const std::string& owner, Clock::time_point deadline);
 
   // Called by Subscriber threads.
   void on_subscribed(int instance);

@@ -322,7 +322,7 @@ TEST_F(PostgresAdvisory, AWaitLongerThanOneTurnQueuesAgainAfterEachTurn) {
   {
     std::jthread waiter([&] {
       const Clock::time_point start = Clock::now();
-      granted = backend->acquire(
+      granted = backend->server_queue()->acquire_queued(
           detail::AcquireCall{name, owner, 5s, metadata, 60s, start + 60s, {}, 5s});
     });
     // Each turn waits on a fresh session (the one of a turn that ran out is closed): two

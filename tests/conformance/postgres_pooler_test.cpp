@@ -83,8 +83,8 @@ TEST_F(PostgresPooler, NoTwoHoldersThroughTransactionPoolingEvenPastTheConnectCh
     const LockKey k = key("pooled-" + std::to_string(i));
     const OwnerId owner_a = OwnerId::random(), owner_b = OwnerId::random();
     const std::string metadata = "{}";
-    auto got_a = a->try_acquire({k, owner_a, 5s, metadata});
-    auto got_b = b->try_acquire({k, owner_b, 5s, metadata});
+    auto got_a = a->try_acquire({k, owner_a, 5s, metadata}, Clock::now() + 5s);
+    auto got_b = b->try_acquire({k, owner_b, 5s, metadata}, Clock::now() + 5s);
     EXPECT_FALSE(got_a.grant && got_b.grant) << "two holders of " << k.str();
     for (const auto* got : {&got_a, &got_b}) {
       if (!got->grant) {

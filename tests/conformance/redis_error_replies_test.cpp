@@ -270,7 +270,7 @@ TEST(RedisSubscriber, AConnectionThatGoesSilentWithoutClosingIsDroppedAndWaiters
   auto specs = detail::redis::connect_specs(*parsed, 1s);
   ASSERT_TRUE(specs.ok()) << specs.status().to_string();
   detail::redis::ReleaseHub hub(*specs, detail::redis::wake_channel("silent-test"), 2s);
-  auto watch = hub.watch(OwnerId::random().hex());  // returns once subscribed
+  auto watch = hub.watch(OwnerId::random().hex(), Clock::now() + 10s);  // returns once subscribed
   proxy.set_fault(torture::NetworkFault::kBlackhole);
   // Nothing is published: only the heartbeat's verdict can wake the waiter.
   EXPECT_TRUE(watch->wait_until(Clock::now() + 20s, std::stop_token()))

@@ -87,11 +87,11 @@ TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
   const detail::GrantRequest request{k, owner, 10s, metadata};
   const auto deadline = [] { return Clock::now() + 2s; };
 
-  auto first = (*backend)->try_acquire(request);
+  auto first = (*backend)->try_acquire(request, Clock::now() + 5s);
   ASSERT_TRUE(first.grant.has_value()) << first.status.to_string();
   const std::string v1 = first.grant->backend_key;
   ASSERT_TRUE((*backend)->release_grant(k, owner, v1, 10s, deadline()).ok());
-  auto second = (*backend)->try_acquire(request);
+  auto second = (*backend)->try_acquire(request, Clock::now() + 5s);
   ASSERT_TRUE(second.grant.has_value()) << second.status.to_string();
   const std::string v2 = second.grant->backend_key;
   EXPECT_NE(v1, v2) << "the same lock value for two attempts";
@@ -105,7 +105,7 @@ TEST(RedisAttempts, ALateReleaseOfAnEarlierAttemptLeavesTheLaterGrantAlone) {
   EXPECT_EQ(server->command({"SET", lock_key("attempts"), v2, "XX", "PX", "10000"}), "OK");
   // Renewal compares the granted attempt's value too.
   const detail::RenewItem stale{&k, &owner, 10s, Clock::time_point::max(), &v1};
-  auto renewed = (*backend)->renew_all(std::span(&stale, 1));
+  auto renewed = (*backend)->renew_all(std::span(&stale, 1), Clock::now() + 5s);
   EXPECT_EQ(renewed[0].kind, detail::RenewOutcome::kRejected);
   ASSERT_TRUE((*backend)->release_grant(k, owner, v2, 10s, deadline()).ok());
   EXPECT_EQ(server->command({"EXISTS", lock_key("attempts")}), "0");
@@ -354,12 +354,15 @@ TEST(RedisBatchedTries, OneBatchGrantsTheFreeKeysReportsTheHeldOnesAndOutlastsAS
   ASSERT_TRUE(backend.ok()) << backend.status().to_string();
   auto other = detail::make_redis_backend(*parsed, ClientOptions{});
   ASSERT_TRUE(other.ok()) << other.status().to_string();
-  ASSERT_TRUE((*backend)->batches_tries(10s));
-  EXPECT_FALSE((*backend)->batches_tries(500ms)) << "a short TTL cannot wait for a batch";
+  ASSERT_NE((*backend)->batched_tries(), nullptr);
+  ASSERT_TRUE((*backend)->batched_tries()->batches_tries(10s));
+  EXPECT_FALSE((*backend)->batched_tries()->batches_tries(500ms))
+      << "a short TTL cannot wait for a batch";
   const std::string metadata;
   const LockKey held_key = key("batch/held");
   const OwnerId holder = OwnerId::random();
-  auto held = (*other)->try_acquire(detail::GrantRequest{held_key, holder, 30s, metadata});
+  auto held = (*other)->try_acquire(detail::GrantRequest{held_key, holder, 30s, metadata},
+                                    Clock::now() + 5s);
   ASSERT_TRUE(held.grant.has_value()) << held.status.to_string();
 
   const std::vector<LockKey> keys = {key("batch/a"), held_key, key("batch/c")};
@@ -369,7 +372,7 @@ TEST(RedisBatchedTries, OneBatchGrantsTheFreeKeysReportsTheHeldOnesAndOutlastsAS
     for (std::size_t i = 0; i < keys.size(); ++i) {
       requests.push_back(detail::GrantRequest{keys[i], owners[i], 10s, metadata});
     }
-    return (*backend)->try_acquire_many(requests);
+    return (*backend)->batched_tries()->try_acquire_many(requests, Clock::now() + 5s);
   };
   auto results = try_all();
   ASSERT_EQ(results.size(), 3u);

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 class GrantingBackend final : public testing::StubBackend {
  public:
   explicit GrantingBackend(milliseconds valid_for) : valid_for_(valid_for) {}
-  TryResult try_acquire(const GrantRequest&) override {
+  TryResult try_acquire(const GrantRequest&, Clock::time_point) override {
     return TryResult{Status::Ok(), Grant{FencingToken(7), Clock::now() + valid_for_, "value-1"},
                      0ms};
   }

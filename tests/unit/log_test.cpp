@@ -195,21 +195,19 @@ TEST(Log, AReleaseIsNotALoss) {
 // A backend whose renewals are never confirmed (servers unreachable), for the Renewer alone.
 class UnreachableBackend final : public detail::Backend {
  public:
-  std::vector<detail::RenewOutcome> renew_all(std::span<const detail::RenewItem> items) override {
+  std::vector<detail::RenewOutcome> renew_all(std::span<const detail::RenewItem> items,
+                                              Clock::time_point) override {
     return std::vector<detail::RenewOutcome>(items.size(),
                                              {detail::RenewOutcome::kUnknown, Clock::time_point{}});
   }
   milliseconds min_ttl() const override { return milliseconds(1); }
-  detail::TryResult try_acquire(const detail::GrantRequest&) override {
+  detail::TryResult try_acquire(const detail::GrantRequest&, Clock::time_point) override {
     return {Status(Code::kUnavailable, "unreachable"), std::nullopt, milliseconds(0)};
-  }
-  std::unique_ptr<detail::ReleaseWatch> watch(const LockKey&, const OwnerId&) override {
-    return nullptr;
   }
   Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
     return Status(Code::kUnavailable, "unreachable");
   }
-  Result<std::optional<detail::HolderRow>> inspect(const LockKey&) override {
+  Result<std::optional<detail::HolderRow>> inspect(const LockKey&, Clock::time_point) override {
     return Status(Code::kUnavailable, "unreachable");
   }
   Result<std::vector<detail::HolderRow>> list(std::string_view,

@@ -40,6 +40,7 @@ constexpr auto kEventBound = 10s;
 struct RenewCall {
   Clock::time_point at;
   std::vector<std::string> keys;
+  Clock::time_point deadline{};  // renew_all's
 };
 
 class FakeBackend final : public testing::StubBackend {
@@ -60,9 +61,11 @@ class FakeBackend final : public testing::StubBackend {
   }
   static RenewOutcome unknown(const RenewItem&) { return RenewOutcome{RenewOutcome::kUnknown, {}}; }
 
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point deadline) override {
     fencelock::detail::MutexLock lock(mu_);
     RenewCall call{Clock::now(), {}};
+    call.deadline = deadline;
     std::vector<RenewOutcome> out;
     for (const RenewItem& item : items) {
       call.keys.push_back(item.key->str());
@@ -173,6 +176,10 @@ TEST(Renewer, RenewsALeaseAtAThirdOfItsTtlAndMovesValidUntilForward) {
   EXPECT_GE(calls[0].at, granted + 100ms) << "renewed before ttl/3";
   EXPECT_LT(calls[0].at, first_validity) << "renewal came after the validity had ended";
   EXPECT_EQ(calls[0].keys, std::vector<std::string>{"k"});
+  // The round ends by the time its lease would be declared lost: no later (an answer after it is
+  // of no use), and not already over.
+  EXPECT_GT(calls[0].deadline, calls[0].at);
+  EXPECT_LE(calls[0].deadline, first_validity);
   // The second round is planned from the first one's outcome, so that outcome is applied by now.
   EXPECT_GT(lease->valid_until(), first_validity);
   EXPECT_GE(calls[1].at, calls[0].at + 100ms) << "the next renewal follows the new validity";

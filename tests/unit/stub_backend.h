@@ -18,17 +18,19 @@ class StubBackend : public Backend {
   static Status not_in_this_fake() { return Status(Code::kInternal, "not in this fake"); }
 
   milliseconds min_ttl() const override { return milliseconds(1); }
-  TryResult try_acquire(const GrantRequest&) override {
+  TryResult try_acquire(const GrantRequest&, Clock::time_point) override {
     return TryResult{not_in_this_fake(), std::nullopt, milliseconds(0)};
   }
-  std::unique_ptr<ReleaseWatch> watch(const LockKey&, const OwnerId&) override { return nullptr; }
-  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items) override {
+  std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
+                                      Clock::time_point) override {
     return std::vector<RenewOutcome>(items.size());
   }
   Status release(const LockKey&, const OwnerId&, Clock::time_point) override {
     return Status::Ok();
   }
-  Result<std::optional<HolderRow>> inspect(const LockKey&) override { return not_in_this_fake(); }
+  Result<std::optional<HolderRow>> inspect(const LockKey&, Clock::time_point) override {
+    return not_in_this_fake();
+  }
   Result<std::vector<HolderRow>> list(std::string_view, const ListBounds&) override {
     return not_in_this_fake();
   }
