@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,13 +38,37 @@ double resident_bytes() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-int threads_of_this_process() {
-  int n = 0;
+// This process's threads by name (/proc/self/task/*/comm; fencelock names its own "fl-...",
+// core/thread_name.h; a thread nobody named has its creator's name, the process's for the
+// program's own).
+std::map<std::string, int> threads_by_name() {
+  std::map<std::string, int> out;
   if (DIR* dir = ::opendir("/proc/self/task")) {
-    while (dirent* entry = ::readdir(dir)) n += entry->d_name[0] != '.';
+    while (dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      ++out[name.empty() ? "?" : name];
+    }
     ::closedir(dir);
   }
+  return out;
+}
+
+int total(const std::map<std::string, int>& threads) {
+  int n = 0;
+  for (const auto& [name, count] : threads) n += count;
   return n;
+}
+
+// "fl-engine 2, fl-subscribe 1".
+std::string named(const std::map<std::string, int>& threads) {
+  std::string out;
+  for (const auto& [name, count] : threads) {
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", name, count);
+  }
+  return out.empty() ? "none" : out;
 }
 
 // Script calls (EVALSHA and EVAL: every request fencelock sends for a try, a renewal or a
@@ -141,7 +167,7 @@ nlohmann::json run_waiters(const WaitersConfig& config) {
     throw std::runtime_error(fmt::format("the holders took {} of {} keys", n - taken.failed(), n));
   }
 
-  const int threads_before = threads_of_this_process();
+  const std::map<std::string, int> threads_before = threads_by_name();
   const double rss_before = resident_bytes();
   int instances = 0;
   const double commands_before_start = redis_commands(config.uri, instances);
@@ -181,7 +207,7 @@ nlohmann::json run_waiters(const WaitersConfig& config) {
     last_rate = rate;
   }
   const double settle_s = std::chrono::duration<double>(Clock::now() - sent).count();
-  const int threads_waiting = threads_of_this_process();
+  const std::map<std::string, int> threads_waiting = threads_by_name();
   const double rss_waiting = resident_bytes();
   const double window_start = redis_commands(config.uri, instances);
   std::this_thread::sleep_for(config.window);
@@ -219,8 +245,10 @@ nlohmann::json run_waiters(const WaitersConfig& config) {
       {"scenario", "waiters"},
       {"backend", config.label},
       {"waiters", n},
-      {"threads_before", threads_before},
-      {"threads_waiting", threads_waiting},
+      {"threads_before", total(threads_before)},
+      {"threads_waiting", total(threads_waiting)},
+      {"threads_before_by_name", threads_before},
+      {"threads_waiting_by_name", threads_waiting},
       {"bytes_per_waiter", (rss_waiting - rss_before) / n},
       {"settle_s", settle_s},
       {"granted", all_granted ? n - grants.failed() : grants.done() - grants.failed()},
@@ -235,10 +263,11 @@ nlohmann::json run_waiters(const WaitersConfig& config) {
     out["server_requests_per_waiter_per_min"] = commands / window_s * 60.0 / n;
   }
   std::printf(
-      "%-9s waiters %7d  threads %d -> %d  %.0f B/waiter  settle %.1f s  granted %d  "
-      "release->grant p50 %.0f us p99 %.0f us",
-      config.label.c_str(), n, threads_before, threads_waiting, (rss_waiting - rss_before) / n,
-      settle_s, out["granted"].get<int>(), latency.p50_us, latency.p99_us);
+      "%-9s waiters %7d  threads %d -> %d (%s)  %.0f B/waiter  settle "
+      "%.1f s  granted %d  release->grant p50 %.0f us p99 %.0f us",
+      config.label.c_str(), n, total(threads_before), total(threads_waiting),
+      named(threads_waiting).c_str(), (rss_waiting - rss_before) / n, settle_s,
+      out["granted"].get<int>(), latency.p50_us, latency.p99_us);
   if (out.contains("server_requests_per_s_while_waiting")) {
     std::printf("  server %.0f requests/s while waiting (%.2f per waiter per min)",
                 out["server_requests_per_s_while_waiting"].get<double>(),

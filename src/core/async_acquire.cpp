@@ -21,6 +21,7 @@
 #include "core/client_core.h"
 #include "core/duration.h"
 #include "core/saturate.h"
+#include "core/thread_name.h"
 #include "core/wait_loop.h"
 
 namespace fencelock::detail {
@@ -155,6 +156,7 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
     if (!waits_) return granted(queue.acquire_queued(call()));
     try {
       std::thread([self = shared_from_this(), &queue] {
+        name_this_thread("fl-wait");
         Result<Grant> grant = queue.acquire_queued(self->call());
         self->core_->engine().post(
             [self, grant = std::move(grant)]() mutable { self->granted(std::move(grant)); });
@@ -179,7 +181,7 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
       core_->tries().submit(
           TryBatcher::Request{key_, owner_, options_.ttl, core_->metadata_for(options_, campaign_),
                               queue_for, start_ticket_,
-                              request_deadline(core_->options().io_timeout)},
+                              request_budget(core_->options().io_timeout)},
           [self = shared_from_this()](TryResult attempt) { self->after_try(std::move(attempt)); });
       return;
     }

@@ -7,8 +7,10 @@
 // Every call that may wait on a server takes a deadline (list: ListBounds::deadline; observe,
 // which runs until stopped: a stop token) and returns by it, whatever the servers do: a backend
 // may end sooner by its own bounds (ClientOptions::io_timeout per request, a share of the TTL),
-// never later. The callers in the core give a call that is one request now + io_timeout, and an
-// acquisition its own deadline.
+// never later. (One exception: a PostgreSQL advisory session's health check, once started, gets
+// its io_timeout, since one cut short would close the session and every lock on it; none starts
+// past the deadline.) The callers in the core give a call that is one request now + io_timeout, and
+// an acquisition its own deadline.
 #pragma once
 
 #include <chrono>
@@ -93,11 +95,14 @@ struct RenewItem {
   const std::string* backend_key = nullptr;
 };
 
-// The deadline the core gives a call that is one request (a try, inspect, leader, making a
-// watch): io_timeout for the request, and room to fail over to two more servers (an etcd
-// member that does not answer); a backend's own bounds may end it sooner.
+// The time the core gives a call that is one request (a try, inspect, leader, making a watch):
+// io_timeout for the request, and room to fail over to two more servers (an etcd member that
+// does not answer); a backend's own bounds may end it sooner.
+inline milliseconds request_budget(milliseconds io_timeout) {
+  return io_timeout * 3;  // io_timeout <= kMaxDuration: no overflow
+}
 inline Clock::time_point request_deadline(milliseconds io_timeout) {
-  return deadline_after(Clock::now(), io_timeout * 3);  // io_timeout <= kMaxDuration: no overflow
+  return deadline_after(Clock::now(), request_budget(io_timeout));
 }
 
 // Per item of a renew_all() call.
@@ -187,10 +192,11 @@ class ServerQueue {
 class BatchedTries {
  public:
   virtual ~BatchedTries() = default;
-  // One result per request, in order, each as Backend::try_acquire would give it; every one by
-  // `deadline`.
+  // One result per request, in order, each as Backend::try_acquire would give it, and each
+  // within `budget` of the moment it is sent (a backend may send a batch in parts, one after
+  // another: a deadline fixed before the first would leave the later parts no time).
   virtual std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
-                                                  Clock::time_point deadline) = 0;
+                                                  milliseconds budget) = 0;
   // Whether tries with this TTL go through try_acquire_many (a short TTL cannot wait for a
   // batch: its validity would pass before the batch is handed back).
   virtual bool batches_tries(milliseconds ttl) const = 0;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/mutex.h"
+#include "core/thread_name.h"
 
 namespace fencelock::detail {
 
@@ -56,7 +57,12 @@ struct Engine::State {
 
 Engine::Engine(int threads) : state_(std::make_shared<State>()) {
   threads_.reserve(static_cast<std::size_t>(threads));
-  for (int i = 0; i < threads; ++i) threads_.emplace_back(&State::run, state_);
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([state = state_] {
+      name_this_thread("fl-engine");
+      State::run(state);
+    });
+  }
   MutexLock lock(state_->mu);
   for (const std::thread& t : threads_) state_->ids.push_back(t.get_id());
 }

@@ -7,6 +7,7 @@
 
 #include "core/duration.h"
 #include "core/log_internal.h"
+#include "core/thread_name.h"
 
 namespace fencelock::detail {
 namespace {
@@ -67,9 +68,20 @@ Clock::duration Renewer::fire_lead(std::size_t leases, milliseconds ttl) const {
   return std::min<Clock::duration>(lead, ttl / 4);
 }
 
-Renewer::Renewer(Backend& backend, Metrics* metrics) : backend_(backend), metrics_(metrics) {
-  renew_thread_ = std::jthread([this](std::stop_token stop) { renew_loop(stop); });
-  watchdog_thread_ = std::jthread([this](std::stop_token stop) { watchdog_loop(stop); });
+Renewer::Renewer(Backend& backend, Metrics* metrics) : backend_(backend), metrics_(metrics) {}
+
+// On the first lease: a Client that only waits, or holds nothing yet, runs no renewal threads.
+void Renewer::start_threads() {
+  std::call_once(started_, [this] {
+    renew_thread_ = std::jthread([this](std::stop_token stop) {
+      name_this_thread("fl-renew");
+      renew_loop(stop);
+    });
+    watchdog_thread_ = std::jthread([this](std::stop_token stop) {
+      name_this_thread("fl-watchdog");
+      watchdog_loop(stop);
+    });
+  });
 }
 
 Renewer::~Renewer() {
@@ -80,6 +92,7 @@ Renewer::~Renewer() {
 }
 
 void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
+  start_threads();
   {
     MutexLock watch(watch_mu_);
     const Clock::time_point fire_at = fire_time(*lease);

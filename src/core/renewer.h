@@ -30,6 +30,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -91,6 +92,7 @@ class Renewer {
   // that removed leases are not kept long.
   static constexpr std::size_t kInboxWake = 1024;
 
+  void start_threads();
   void renew_loop(std::stop_token stop);
   void watchdog_loop(std::stop_token stop);
   void run_round();
@@ -159,6 +161,7 @@ class Renewer {
   // and every renewal round's bookkeeping; 2 us until measured.
   std::atomic<std::int64_t> fire_cost_ns_{2000};
 
+  std::once_flag started_;  // the threads start with the first add()
   std::jthread renew_thread_;
   std::jthread watchdog_thread_;
 };

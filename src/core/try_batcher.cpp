@@ -33,8 +33,8 @@ void TryBatcher::run_one_batch() {
   Status failed(Code::kInternal, "the backend answered fewer tries than it was sent");
   std::vector<GrantRequest> requests;
   requests.reserve(batch.size());
-  Clock::time_point deadline = Clock::time_point::max();
-  for (const Pending& p : batch) deadline = std::min(deadline, p.request.deadline);
+  milliseconds budget = milliseconds::max();
+  for (const Pending& p : batch) budget = std::min(budget, p.request.budget);
   for (const Pending& p : batch) {
     requests.push_back(GrantRequest{p.request.key, p.request.owner, p.request.ttl,
                                     p.request.metadata, p.request.queue_for, p.request.ticket});
@@ -43,8 +43,8 @@ void TryBatcher::run_one_batch() {
   try {
     if (!requests.empty()) {
       BatchedTries* batched = backend_.batched_tries();
-      results = batched != nullptr ? batched->try_acquire_many(requests, deadline)
-                                   : try_one_by_one(backend_, requests, deadline);
+      results = batched != nullptr ? batched->try_acquire_many(requests, budget)
+                                   : try_one_by_one(backend_, requests, budget);
     }
   } catch (const std::exception& e) {
     // Every caller still hears once, and the batcher goes on: a throw here used to leave

@@ -33,7 +33,7 @@ class TryBatcher {
     std::string metadata;
     milliseconds queue_for;
     std::uint64_t ticket;
-    Clock::time_point deadline;  // the try's (a batch ends by the earliest of its tries')
+    milliseconds budget;  // the try's, from when it is sent (a batch takes the least of its tries')
   };
   // Called on an engine thread with the try's outcome.
   using Done = std::function<void(TryResult)>;

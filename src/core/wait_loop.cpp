@@ -7,6 +7,7 @@
 
 #include "core/duration.h"
 #include "core/mutex.h"
+#include "core/saturate.h"
 
 namespace fencelock::detail {
 
@@ -16,11 +17,11 @@ Result<Grant> acquire_blocking(Backend& backend, const AcquireCall& call) {
 }
 
 std::vector<TryResult> try_one_by_one(Backend& backend, std::span<const GrantRequest> requests,
-                                      Clock::time_point deadline) {
+                                      milliseconds budget) {
   std::vector<TryResult> results;
   results.reserve(requests.size());
   for (const GrantRequest& request : requests) {
-    results.push_back(backend.try_acquire(request, deadline));
+    results.push_back(backend.try_acquire(request, deadline_after(Clock::now(), budget)));
   }
   return results;
 }

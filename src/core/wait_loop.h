@@ -22,7 +22,8 @@ Result<Grant> acquire_by_tries(Backend& backend, const AcquireCall& call);
 
 // Backend::try_acquire one request after another: BatchedTries::try_acquire_many for a backend
 // without it.
+// Each try ends within `budget` of when it is sent.
 std::vector<TryResult> try_one_by_one(Backend& backend, std::span<const GrantRequest> requests,
-                                      Clock::time_point deadline);
+                                      milliseconds budget);
 
 }  // namespace fencelock::detail

@@ -168,13 +168,13 @@ class EtcdBackend final : public Backend,
   Result<Grant> acquire_queued(const AcquireCall& outer) override {
     auto key = in_namespace(outer.key);
     if (!key.ok()) return key.status();
-    const AcquireCall call{*key,         outer.owner,    outer.ttl,  outer.metadata,
-                           outer.wait,   outer.deadline, outer.stop, outer.io_timeout,
-                           outer.shared, outer.campaign};
+    AcquireCall call{*key,           outer.owner, outer.ttl,        outer.metadata, outer.wait,
+                     outer.deadline, outer.stop,  outer.io_timeout, outer.shared,   outer.campaign};
+    call.io_until = outer.io_until;
     for (int restarts = 0;; ++restarts) {
       if (restarts > kMaxRestarts)
         return Status(Code::kUnavailable, "the etcd session was lost repeatedly");
-      auto session = session_for(call.ttl);
+      auto session = session_for(call.ttl, call.io_until);
       if (!session.ok()) return session.status();
       if (Status slot = take_slot(*session, call); !slot.ok()) return slot;
       Attempt attempt = acquire_on(call, *session);
@@ -260,7 +260,7 @@ class EtcdBackend final : public Backend,
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::optional<HolderRow>();
     std::map<std::int64_t, milliseconds> ttls;
-    return std::optional<HolderRow>(holder_info(key->str(), **first, ttls));
+    return std::optional<HolderRow>(holder_info(key->str(), **first, ttls, deadline));
   }
 
   // One Range of every key under the prefix, within the list's deadline (or the op deadline,
@@ -288,7 +288,9 @@ class EtcdBackend final : public Backend,
     std::vector<HolderRow> out;
     out.reserve(holders.size());
     std::map<std::int64_t, milliseconds> ttls;
-    for (const auto& [name, kv] : holders) out.push_back(holder_info(name, *kv, ttls));
+    for (const auto& [name, kv] : holders) {
+      out.push_back(holder_info(name, *kv, ttls, bounds.deadline));
+    }
     return out;
   }
 
@@ -474,7 +476,9 @@ class EtcdBackend final : public Backend,
 
   // The session for `ttl` (rounded up to whole seconds), granting a lease when there is none or
   // the last one may have expired (its validity, by our clock, has passed).
-  Result<std::shared_ptr<Session>> session_for(milliseconds ttl) {
+  // The lease grant of a new session ends by op_deadline(cap).
+  Result<std::shared_ptr<Session>> session_for(milliseconds ttl,
+                                               Clock::time_point cap = Clock::time_point::max()) {
     const auto seconds = std::chrono::ceil<std::chrono::seconds>(ttl);
     if (seconds > kMaxLeaseTtl) {
       return Status(
@@ -498,7 +502,7 @@ class EtcdBackend final : public Backend,
     request.set_ttl(seconds.count());
     pb::LeaseGrantResponse response;
     const Clock::time_point sent = Clock::now();
-    grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+    grpc::Status status = conn_->call(op_deadline(cap), [&](Stubs& s, grpc::ClientContext& c) {
       return s.lease->LeaseGrant(&c, request, &response);
     });
     if (!status.ok() || !response.error().empty() || response.id() == 0) {
@@ -1065,8 +1069,9 @@ class EtcdBackend final : public Backend,
                    false};
   }
 
+  // The TTL lookup ends by op_deadline(cap) (past it: 0, unknown).
   HolderRow holder_info(const std::string& name, const pb::KeyValue& kv,
-                        std::map<std::int64_t, milliseconds>& ttls) {
+                        std::map<std::int64_t, milliseconds>& ttls, Clock::time_point cap) {
     DecodedValue value = decode_value(kv.value());
     HolderRow info{shown(name),
                    value.owner_prefix.empty() ? lease_hex(kv.lease()) : value.owner_prefix,
@@ -1078,7 +1083,7 @@ class EtcdBackend final : public Backend,
         pb::LeaseTimeToLiveRequest request;
         request.set_id(kv.lease());
         pb::LeaseTimeToLiveResponse response;
-        grpc::Status status = conn_->call(op_deadline(), [&](Stubs& s, grpc::ClientContext& c) {
+        grpc::Status status = conn_->call(op_deadline(cap), [&](Stubs& s, grpc::ClientContext& c) {
           return s.lease->LeaseTimeToLive(&c, request, &response);
         });
         if (status.ok() && response.ttl() > 0) it->second = std::chrono::seconds(response.ttl());

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include "core/mutex.h"
+#include "core/thread_name.h"
 
 namespace fencelock::detail::etcd {
 namespace {
@@ -56,6 +57,7 @@ class SharedStream {
   // member (not by close()), to move the connection on to the next member.
   void start(Open open, std::function<void()> on_failure) {
     reader_ = std::thread([this, open = std::move(open), on_failure = std::move(on_failure)] {
+      name_this_thread("fl-etcd-stream");
       read_until_end(open, on_failure);
     });
   }

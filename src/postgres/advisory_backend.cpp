@@ -56,7 +56,10 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     return TryResult{grant.status(), std::nullopt, milliseconds(0)};
   }
 
-  // Each session's health check ends by the earlier of io_timeout and `deadline`.
+  // Each session's health check gets io_timeout: one that times out closes its session (every
+  // advisory lock on it goes), so it must not be cut short by a round that is nearly over. A
+  // session whose turn comes after `deadline` is not checked (kUnknown: no answer now is of use
+  // to its leases, and the watchdog declares them lost).
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,
                                       Clock::time_point deadline) override {
     std::vector<RenewOutcome> out(items.size());
@@ -77,7 +80,8 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     for (auto& [raw, indices] : by_session) {
       const std::shared_ptr<Session>& session = sessions[raw];
       const Clock::time_point sent = Clock::now();
-      const Clock::time_point until = std::min(sent + options_.io_timeout, deadline);
+      if (sent >= deadline) continue;  // kUnknown, nothing sent
+      const Clock::time_point until = sent + options_.io_timeout;
       Status ready = sessions_.checkout_this(session, until);
       RenewOutcome::Kind kind = RenewOutcome::kUnknown;
       if (ready.code() == Code::kUnavailable) {

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "core/utf8.h"
 #include "postgres_sql.h"
 
@@ -237,6 +238,7 @@ std::shared_future<void> cancel_on_server(PGcancel* cancel) {
   auto shared = std::make_shared<std::promise<void>>(std::move(done));
   try {
     std::thread([cancel, shared] {
+      name_this_thread("fl-pg-cancel");
       char err[256];
       PQcancel(cancel, err, sizeof err);
       PQfreeCancel(cancel);

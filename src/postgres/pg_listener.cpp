@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "postgres/pg_connection.h"
 
 namespace fencelock::detail::postgres {
@@ -27,13 +28,18 @@ PgListener::~PgListener() {
   close(wake_fd_);
 }
 
-std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key) {
+std::unique_ptr<ReleaseWatch> PgListener::watch(const std::string& key,
+                                                Clock::time_point deadline) {
   if (!enabled_) return board_.watch(key);
-  std::call_once(started_,
-                 [&] { thread_ = std::jthread([this](std::stop_token stop) { run(stop); }); });
+  std::call_once(started_, [&] {
+    thread_ = std::jthread([this](std::stop_token stop) {
+      name_this_thread("fl-pg-listen");
+      run(stop);
+    });
+  });
   MutexLock lock(mu_);
-  ready_.wait_for(lock, connect_timeout_,
-                  [&]() FENCELOCK_REQUIRES(mu_) { return listening_ || tried_; });
+  ready_.wait_until(lock, std::min(deadline, Clock::now() + connect_timeout_),
+                    [&]() FENCELOCK_REQUIRES(mu_) { return listening_ || tried_; });
   // Made under mu_, so that set_state() sees either a watch made while listening or the flag.
   if (!listening_) missed_ = true;
   return board_.watch(key);

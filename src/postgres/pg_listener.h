@@ -29,9 +29,9 @@ class PgListener {
   PgListener(std::string conninfo, milliseconds connect_timeout, bool enabled = true);
   ~PgListener();
 
-  // A watch on `key`. The first one starts the thread and waits (bounded by connect_timeout)
-  // until the LISTEN is in place.
-  std::unique_ptr<ReleaseWatch> watch(const std::string& key);
+  // A watch on `key`. The first one starts the thread and waits (bounded by connect_timeout and
+  // `deadline`) until the LISTEN is in place.
+  std::unique_ptr<ReleaseWatch> watch(const std::string& key, Clock::time_point deadline);
 
  private:
   void run(std::stop_token stop);

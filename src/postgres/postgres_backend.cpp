@@ -280,8 +280,8 @@ class LeaseBackend final : public Backend, public ReleaseEvents {
   // timers alone (every kPollWithoutListen).
   ReleaseEvents* release_events() override { return sessions_kept_ ? this : nullptr; }
   std::unique_ptr<ReleaseWatch> watch(const LockKey& key, const OwnerId&,
-                                      Clock::time_point /*deadline*/) override {
-    return listener_.watch(key.str());  // the listener's own thread LISTENs: nothing to wait for
+                                      Clock::time_point deadline) override {
+    return listener_.watch(key.str(), deadline);
   }
 
   std::vector<RenewOutcome> renew_all(std::span<const RenewItem> items,

@@ -14,6 +14,7 @@
 #include "core/log_internal.h"
 #include "core/mutex.h"
 #include "core/saturate.h"
+#include "core/thread_name.h"
 
 namespace fencelock::detail::redis {
 namespace {
@@ -446,6 +447,7 @@ void Instance::connect_in_background() {
   connecting_ = true;
   if (connector_.joinable()) connector_.join();  // the previous one has finished
   connector_ = std::jthread([this] {
+    name_this_thread("fl-connect");
     const auto deadline = Clock::now() + spec_.connect_timeout;
     auto found = addresses(deadline);
     auto opened = found.ok() ? open_connection(spec_, deadline, std::move(*found))

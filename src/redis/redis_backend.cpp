@@ -118,19 +118,20 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
   // a majority are concluded first, so that a failed one's release never delays a grant.
   static constexpr milliseconds kBatchMinTtl{1000};
   std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
-                                          Clock::time_point deadline) override {
+                                          milliseconds budget) override {
     std::vector<std::optional<TryResult>> results(requests.size());
     std::map<milliseconds, std::vector<std::size_t>> batches;  // by acquisition cap
     for (std::size_t i = 0; i < requests.size(); ++i) {
       if (requests[i].ttl < kBatchMinTtl) {
-        results[i] = try_acquire(requests[i], deadline);
+        results[i] = try_acquire(requests[i], deadline_after(Clock::now(), budget));
       } else {
         batches[acquire_io_cap(requests[i].ttl)].push_back(i);
       }
     }
     for (const auto& [cap, members] : batches) {
       if (members.size() == 1) {
-        results[members[0]] = try_acquire(requests[members[0]], deadline);
+        results[members[0]] =
+            try_acquire(requests[members[0]], deadline_after(Clock::now(), budget));
         continue;
       }
       const Clock::time_point sent = Clock::now();
@@ -139,7 +140,7 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
       Clock::time_point io_deadline = Clock::time_point::max();
       milliseconds shortest = milliseconds::max();
       for (std::size_t i : members) {
-        attempts.push_back(prepare_attempt(requests[i], sent, deadline));
+        attempts.push_back(prepare_attempt(requests[i], sent, deadline_after(sent, budget)));
         io_deadline = std::min(io_deadline, attempts.back().io_deadline);
         shortest = std::min(shortest, requests[i].ttl);
       }

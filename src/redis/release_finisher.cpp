@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/thread_name.h"
+
 namespace fencelock::detail::redis {
 
 void OwedReleases::add(const std::string& lock, const std::string& value, int instances,
@@ -90,7 +92,10 @@ void ReleaseFinisher::finish(Instance* instance, std::string lock, std::string v
                       per_try, Clock::now()});
   ++added_;
   if (!thread_.joinable()) {
-    thread_ = std::jthread([this](const std::stop_token& stop) { run(stop); });
+    thread_ = std::jthread([this](const std::stop_token& stop) {
+      name_this_thread("fl-finisher");
+      run(stop);
+    });
   }
   wake_.notify_all();
 }

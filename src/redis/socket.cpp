@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/errno_text.h"
+#include "core/thread_name.h"
 
 namespace fencelock::detail::redis {
 
@@ -44,6 +45,7 @@ std::shared_ptr<Lookup> Lookup::start(const Endpoint& endpoint) {
   }
   try {
     std::thread([lookup, endpoint] {
+      name_this_thread("fl-resolve");
       auto resolved = resolve_now(endpoint, 0);
       std::lock_guard<std::mutex> lock(lookup->mu_);
       lookup->result_ = std::move(resolved);

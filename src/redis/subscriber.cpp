@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/mutex.h"
+#include "core/thread_name.h"
 #include "redis/script_replies.h"
 
 namespace fencelock::detail::redis {
@@ -48,7 +49,10 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner,
           std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
     }
     if (!alive_on_.empty()) {
-      alive_thread_ = std::jthread([this](const std::stop_token& stop) { keep_alive(stop); });
+      alive_thread_ = std::jthread([this](const std::stop_token& stop) {
+        name_this_thread("fl-alive");
+        keep_alive(stop);
+      });
     }
   });
   {
@@ -168,7 +172,10 @@ void ReleaseHub::on_connection(int instance, bool up) {
 Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)
     : index_(index), spec_(std::move(spec)), hub_(hub) {
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
+  thread_ = std::jthread([this](std::stop_token stop) {
+    name_this_thread("fl-subscribe");
+    run(stop);
+  });
 }
 
 Subscriber::~Subscriber() {

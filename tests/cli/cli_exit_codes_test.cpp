@@ -248,6 +248,8 @@ TEST_F(CliExitCodes, BenchWaitersGrantsEveryWaiterWithoutAThreadEach) {
   EXPECT_EQ(result["granted_before_release"], 0) << "granted while every key was held";
   EXPECT_LT(result["threads_waiting"].get<int>() - result["threads_before"].get<int>(), 8)
       << r.stdout_text;
+  // The threads by name (core/thread_name.h): the two Clients' engines while waiting.
+  EXPECT_EQ(result["threads_waiting_by_name"]["fl-engine"], 4) << r.stdout_text;
 }
 
 // Every subcommand that runs for a while takes --duration DUR (bench took --seconds INT, which

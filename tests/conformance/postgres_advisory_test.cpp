@@ -399,6 +399,55 @@ TEST_F(PostgresAdvisory, LeasesOnASessionClosedByAFailedTryAreLostAtOnce) {
                           << after.status().to_string();
 }
 
+// A renewal round whose deadline (the last fire time of its leases) is near must not cut a
+// session's health check short: one that times out closes the session, and every lock on it
+// goes. Here the session's server backend answers 500 ms late, after the round's 100 ms deadline
+// but well within io_timeout (5 s): the check must wait for it and renew both leases on the
+// session. (With the check bounded by the round's deadline, it timed out, the session was closed
+// and both locks were gone.)
+TEST_F(PostgresAdvisory, ARenewalRoundNearItsDeadlineDoesNotCutASessionsHealthCheckShort) {
+  const Client schema_maker = connect();  // creates the schema the backend writes its notes to
+  auto split = detail::postgres::split_postgres_uri(uri() + "&pool=1");
+  ASSERT_TRUE(split.ok()) << split.status().to_string();
+  const auto backend = detail::postgres::make_advisory_backend(*split, {.io_timeout = 5s}, 1s);
+  const LockKey a = key("round-a");
+  const LockKey b = key("round-b");
+  const OwnerId owner_a = OwnerId::random();
+  const OwnerId owner_b = OwnerId::random();
+  const std::string metadata = "{}";
+  for (const auto& [k, owner] : {std::pair{&a, &owner_a}, std::pair{&b, &owner_b}}) {
+    auto got =
+        backend->try_acquire(detail::GrantRequest{*k, *owner, 60s, metadata}, Clock::now() + 10s);
+    ASSERT_TRUE(got.grant.has_value()) << got.status.to_string();
+  }
+  std::vector<std::string> backend_keys(2);
+  std::vector<detail::RenewItem> items = {
+      {&a, &owner_a, 60s, Clock::time_point::max(), &backend_keys[0]},
+      {&b, &owner_b, 60s, Clock::time_point::max(), &backend_keys[1]}};
+  std::vector<detail::RenewOutcome> outcomes;
+  {
+    const auto stopped = stop_holder_of("round-a");  // the one session holds both
+    std::jthread resume([&stopped] {
+      std::this_thread::sleep_for(500ms);  // the fault's length, not a wait for an event
+      stopped->resume();
+    });
+    outcomes = backend->renew_all(items, Clock::now() + 100ms);
+  }
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].kind, detail::RenewOutcome::kRenewed);
+  EXPECT_EQ(outcomes[1].kind, detail::RenewOutcome::kRenewed);
+  EXPECT_EQ(server_->sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"),
+            "2")
+      << "the session holding both locks was closed";
+  // A round whose deadline has passed sends nothing and closes nothing: kUnknown.
+  outcomes = backend->renew_all(items, Clock::now() - 1ms);
+  EXPECT_EQ(outcomes[0].kind, detail::RenewOutcome::kUnknown);
+  EXPECT_EQ(server_->sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"),
+            "2");
+  EXPECT_TRUE(backend->release(a, owner_a, Clock::now() + 5s).ok());
+  EXPECT_TRUE(backend->release(b, owner_b, Clock::now() + 5s).ok());
+}
+
 // A release whose unlock gets no answer (the holding backend is stopped) closes the session but
 // does not say OK: the server frees the lock only when it ends that session. Before, it returned
 // OK while the stopped backend kept the lock, and the next acquisition was refused.

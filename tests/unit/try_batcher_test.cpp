@@ -26,12 +26,12 @@ class BatchRecordingBackend final : public testing::StubBackend, public BatchedT
  public:
   BatchedTries* batched_tries() override { return this; }
   std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
-                                          Clock::time_point deadline) override {
+                                          milliseconds budget) override {
     MutexLock lock(mu_);
     std::vector<std::string> keys;
     for (const GrantRequest& r : requests) keys.push_back(r.key.str());
     batches_.push_back(keys);
-    deadlines_.push_back(deadline);
+    budgets_.push_back(budget);
     changed_.notify_all();
     if (batches_.size() == 1) {
       changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) { return let_go_; });
@@ -59,16 +59,16 @@ class BatchRecordingBackend final : public testing::StubBackend, public BatchedT
     MutexLock lock(mu_);
     return batches_;
   }
-  std::vector<Clock::time_point> deadlines() const {
+  std::vector<milliseconds> budgets() const {
     MutexLock lock(mu_);
-    return deadlines_;
+    return budgets_;
   }
 
  private:
   mutable Mutex mu_;
   std::condition_variable_any changed_;
   std::vector<std::vector<std::string>> batches_ FENCELOCK_GUARDED_BY(mu_);
-  std::vector<Clock::time_point> deadlines_ FENCELOCK_GUARDED_BY(mu_);
+  std::vector<milliseconds> budgets_ FENCELOCK_GUARDED_BY(mu_);
   bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
 };
 
@@ -77,7 +77,7 @@ class ThrowingBackend final : public testing::StubBackend, public BatchedTries {
  public:
   BatchedTries* batched_tries() override { return this; }
   std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
-                                          Clock::time_point /*deadline*/) override {
+                                          milliseconds /*budget*/) override {
     if (calls_.fetch_add(1) == 0) throw std::runtime_error("out of sockets");
     return std::vector<TryResult>(requests.size(),
                                   TryResult{Status(Code::kLocked, "held"), std::nullopt, 1ms});
@@ -88,9 +88,8 @@ class ThrowingBackend final : public testing::StubBackend, public BatchedTries {
   std::atomic<int> calls_{0};
 };
 
-// The tries' deadlines: try i's is base + (7i mod 50) ms, neither rising nor falling (among
-// tries 1..49 the earliest is try 43's, base + 1 ms).
-const Clock::time_point base = Clock::now() + 10s;
+// The tries' budgets: try i's is 1 s + (7i mod 50) ms, neither rising nor falling (among tries
+// 1..49 the least is try 43's, 1001 ms).
 
 TryBatcher::Request request(int i) {
   return TryBatcher::Request{*LockKey::make("k" + std::to_string(i)),
@@ -99,7 +98,7 @@ TryBatcher::Request request(int i) {
                              "",
                              1s,
                              static_cast<std::uint64_t>(i),
-                             base + milliseconds((7 * i) % 50)};
+                             1s + milliseconds((7 * i) % 50)};
 }
 
 TEST(TryBatcher, TriesThatComeDueDuringABatchGoTogetherInOrderAndEachHearsItsOwnOutcome) {
@@ -136,9 +135,9 @@ TEST(TryBatcher, TriesThatComeDueDuringABatchGoTogetherInOrderAndEachHearsItsOwn
   for (int i = 1; i < kTries; ++i) {
     EXPECT_EQ(batches[1][static_cast<std::size_t>(i - 1)], "k" + std::to_string(i));
   }
-  // A batch ends by the earliest deadline of its tries, not its first's or last's: the second
-  // batch (tries 1..49) ends by try 43's.
-  EXPECT_EQ(backend.deadlines()[1], base + 1ms);
+  // A batch takes the least budget of its tries, not its first's or last's: the second batch
+  // (tries 1..49) takes try 43's.
+  EXPECT_EQ(backend.budgets()[1], 1001ms);
   MutexLock lock(mu);
   for (int i = 0; i < kTries; ++i) {
     EXPECT_EQ(answers[static_cast<std::size_t>(i)], 1) << "try " << i;
