@@ -70,8 +70,11 @@ class Client {
   // servers queue the waiters, a call with a wait runs on a thread of its own while it waits.
   // When the last copy of this Client is destroyed, pending acquisitions complete with
   // kCancelled and leave nothing held (one granted at that very moment completes with its Lease,
-  // as a blocking call granted before its stop does). `done` must be short or hand its work on: it
-  // runs on a thread the Client's other acquisitions share. REQUIRES: `done` is not empty.
+  // as a blocking call granted before its stop does); the destructor of that last copy waits for
+  // the `done` callbacks (and Lease::release_async's) running at that moment to return, unless
+  // it runs inside one, so that no callback of the Client is still posting to a program's
+  // executor that the program destroys next. `done` must be short or hand its work on: it runs
+  // on a thread the Client's other acquisitions share. REQUIRES: `done` is not empty.
   void acquire_async(const LockKey& key, const AcquireOptions& options,
                      std::function<void(Result<Lease>)> done);
   // acquire_async() completing a future.

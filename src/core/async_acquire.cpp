@@ -299,7 +299,9 @@ class AsyncAcquire : public std::enable_shared_from_this<AsyncAcquire> {
         core_->record_acquire(key_, std::move(outcome), waits_, Clock::now() - start_, contended_);
     watch.reset();
     ticket.reset();
+    core_->callback_begin();
     done_(std::move(recorded));
+    core_->callback_end();
   }
 
   using Callback = std::stop_callback<std::function<void()>>;

@@ -58,7 +58,10 @@ namespace detail {
 class ClientHandle {
  public:
   explicit ClientHandle(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
-  ~ClientHandle() { core_->cancel_pending(); }
+  ~ClientHandle() {
+    core_->cancel_pending();
+    core_->wait_for_callbacks();
+  }
   ClientHandle(const ClientHandle&) = delete;
   ClientHandle& operator=(const ClientHandle&) = delete;
 

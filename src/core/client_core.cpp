@@ -86,6 +86,25 @@ Result<std::shared_ptr<LeaseState>> ClientCore::record_acquire(
   return result;
 }
 
+void ClientCore::callback_begin() {
+  MutexLock lock(callbacks_mu_);
+  ++callbacks_running_;
+}
+
+void ClientCore::callback_end() {
+  MutexLock lock(callbacks_mu_);
+  if (--callbacks_running_ == 0) callbacks_done_.notify_all();
+}
+
+void ClientCore::wait_for_callbacks() {
+  MutexLock lock(callbacks_mu_);
+  if (callbacks_running_ == 0) return;
+  // A callback runs: the engine exists (callbacks run on it), and this may be one of its threads.
+  if (engine_->on_engine_thread()) return;
+  callbacks_done_.wait(lock,
+                       [&]() FENCELOCK_REQUIRES(callbacks_mu_) { return callbacks_running_ == 0; });
+}
+
 Engine& ClientCore::engine() {
   std::call_once(engine_started_, [&] { engine_ = std::make_unique<Engine>(kEngineThreads); });
   return *engine_;

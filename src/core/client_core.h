@@ -2,6 +2,7 @@
 // metrics).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +45,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Client handle went). Later ones are cancelled at once.
   void cancel_pending() { closing_.request_stop(); }
   std::stop_token closing() const { return closing_.get_token(); }
+  // A completion callback (acquire_async's `done`, release_async's) runs between these two, on
+  // an engine thread.
+  void callback_begin();
+  void callback_end();
+  // Returns once no completion callback is running (the last Client handle going: a callback
+  // under way may be posting to a program's executor that the program destroys next, at its
+  // exit). Returns at once on an engine thread (a callback that drops the last handle).
+  void wait_for_callbacks();
   // The threads of acquire_async and Lease::release_async (started on first use).
   Engine& engine();
   static constexpr int kEngineThreads = 2;
@@ -119,6 +128,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Renewer renewer_;
   std::stop_source closing_;
   std::once_flag engine_started_;
+  Mutex callbacks_mu_;
+  std::condition_variable_any callbacks_done_;
+  int callbacks_running_ FENCELOCK_GUARDED_BY(callbacks_mu_) = 0;
   TryBatcher tries_{*backend_, [this]() -> Engine& { return engine(); }};
   // Last: it goes first, before anything its tasks use.
   std::unique_ptr<Engine> engine_;

@@ -67,8 +67,12 @@ void Lease::release_async(std::function<void(Status)> done) {
   if (state_->released.exchange(true)) {
     detail::MutexLock lock(state_->release_mu);
     // The task holds the core: an engine whose Client went would drop it without running it.
-    engine.post([core, done = std::move(done),
-                 status = state_->release_status.value_or(Status::Ok())] { done(status); });
+    engine.post(
+        [core, done = std::move(done), status = state_->release_status.value_or(Status::Ok())] {
+          core->callback_begin();
+          done(status);
+          core->callback_end();
+        });
     return;
   }
   // The holder's work stops now, before this call returns (ClientCore::release repeats these).
@@ -81,7 +85,9 @@ void Lease::release_async(std::function<void(Status)> done) {
       detail::MutexLock lock(state->release_mu);
       state->release_status = status;
     }
+    core->callback_begin();
     done(std::move(status));
+    core->callback_end();
   });
 }
 
