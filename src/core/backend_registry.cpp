@@ -73,29 +73,18 @@ Registry& registry() {
 std::vector<const BackendPlugin*> backend_plugins() { return registry().all(); }
 
 const BackendPlugin* find_backend_plugin(std::string_view uri) {
-  const auto sep = uri.find("://");
-  if (sep == std::string_view::npos) return nullptr;
-  const std::string_view typed = uri.substr(0, sep);
-  std::string lowered(typed);
-  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const BackendPlugin* plugin = registry().find(lowered);
-  if (plugin != nullptr && plugin->lowercase_only && lowered != typed) return nullptr;
+  auto scheme = scheme_of(uri);
+  if (!scheme.ok()) return nullptr;
+  const BackendPlugin* plugin = registry().find(*scheme);
+  if (plugin != nullptr && plugin->lowercase_only && !uri.starts_with(*scheme)) return nullptr;
   return plugin;
 }
 
 Result<const BackendPlugin*> backend_for_uri(std::string_view uri) {
+  auto scheme = scheme_of(uri);
+  if (!scheme.ok()) return scheme.status();  // no scheme, or characters no scheme has
   if (const BackendPlugin* plugin = find_backend_plugin(uri)) return plugin;
-  // Not a registered scheme: a URI without one, or with characters no scheme has, gets the
-  // parser's words for it ("expected SCHEME://...").
-  const auto sep = uri.find("://");
-  if (sep == std::string_view::npos || sep == 0) return parse_uri(uri, 1).status();
-  const std::string_view typed = uri.substr(0, sep);
-  for (char c : typed) {
-    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '+' && c != '-' && c != '.') {
-      return parse_uri(uri, 1).status();
-    }
-  }
-  return unknown_scheme(typed);
+  return unknown_scheme(uri.substr(0, uri.find("://")));  // as typed
 }
 
 bool known_scheme(std::string_view scheme) { return registry().find(scheme) != nullptr; }

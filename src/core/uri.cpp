@@ -149,18 +149,27 @@ Status check_host_count(std::string_view host_list) {
                   hosts, kMaxHosts));
 }
 
-Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
-  ParsedUri out;
-  auto sep = uri.find("://");
+Result<std::string> scheme_of(std::string_view uri) {
+  const auto sep = uri.find("://");
   if (sep == std::string_view::npos || sep == 0) {
     return bad("expected SCHEME://..., e.g. redis://127.0.0.1:6379");
   }
+  std::string scheme;
   for (char c : uri.substr(0, sep)) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') {
       return bad("scheme has characters other than letters, digits, '+', '-', '.'");
     }
-    out.scheme.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    scheme.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   }
+  return scheme;
+}
+
+Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port) {
+  ParsedUri out;
+  auto scheme = scheme_of(uri);
+  if (!scheme.ok()) return scheme.status();
+  out.scheme = std::move(*scheme);
+  const auto sep = uri.find("://");
   std::string_view rest = uri.substr(sep + 3);
 
   // Credentials first, split at the last '@': a password may hold unescaped '/', '?' or '@',

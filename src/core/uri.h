@@ -42,6 +42,10 @@ Status check_host_count(std::string_view host_list);
 // "host:port", or "[v6 host]:port": the one text of an endpoint (messages, gRPC targets).
 std::string endpoint_text(const Endpoint& endpoint);
 
+// The scheme of "SCHEME://...", lower-cased; kInvalidArgument (the message parse_uri gives) for
+// a URI without one or with characters no scheme has (RFC 3986: letters, digits, + - .).
+Result<std::string> scheme_of(std::string_view uri);
+
 // `default_port` fills in endpoints without a port. kInvalidArgument on any malformed part.
 Result<ParsedUri> parse_uri(std::string_view uri, std::uint16_t default_port);
 

@@ -248,8 +248,12 @@ TEST_F(CliExitCodes, BenchWaitersGrantsEveryWaiterWithoutAThreadEach) {
   EXPECT_EQ(result["granted_before_release"], 0) << "granted while every key was held";
   EXPECT_LT(result["threads_waiting"].get<int>() - result["threads_before"].get<int>(), 8)
       << r.stdout_text;
-  // The threads by name (core/thread_name.h): the two Clients' engines while waiting.
+  // The threads by name (core/thread_name.h): the two Clients' engines while waiting, and the
+  // renewal threads of the holders' Client only: a Client's start with its first lease, and the
+  // waiting one holds none yet.
   EXPECT_EQ(result["threads_waiting_by_name"]["fl-engine"], 4) << r.stdout_text;
+  EXPECT_EQ(result["threads_waiting_by_name"]["fl-renew"], 1) << r.stdout_text;
+  EXPECT_EQ(result["threads_waiting_by_name"]["fl-watchdog"], 1) << r.stdout_text;
 }
 
 // Every subcommand that runs for a while takes --duration DUR (bench took --seconds INT, which
