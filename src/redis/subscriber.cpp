@@ -127,16 +127,15 @@ void ReleaseHub::keep_alive(const std::stop_token& stop) {
 }
 
 void ReleaseHub::on_subscribed(int instance) {
-  {
-    MutexLock lock(mu_);
-    subscribed_on_.insert(instance);
-    ready_.notify_all();
-  }
   // Every waiter retries once: a wake-up may have gone unheard while this instance's
   // subscription was down (and its places there may have been dropped meanwhile: the retry takes
   // them again). Only now that the subscription is confirmed, so no release after the retry is
-  // missed.
+  // missed. Before a new watch can start (it waits for subscribed_on_ below): a watch that begins
+  // after the subscription tries first anyway, and a late wake-up would cost it a second try.
   board_.notify_all();
+  MutexLock lock(mu_);
+  subscribed_on_.insert(instance);
+  ready_.notify_all();
 }
 
 void ReleaseHub::on_message(int instance, const std::string& payload) {
