@@ -1,5 +1,7 @@
 // The conformance suite: every guarantee of the contract in docs/PROTOCOLS.md, checked against
-// every backend through the public API only. Each test is named after the guarantee it checks.
+// every backend through the public API only, each case twice: through the blocking API
+// ("redis") and the asynchronous one ("redis_async": acquire_future, release_async). Each test is
+// named after the guarantee it checks.
 //
 // Backends: memory://, redis:// (one real redis-server), redlock:// (three real redis-servers).
 // A backend joins by adding its harness tag to AllBackends (harness.h); the cases never change.
@@ -7,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -24,28 +27,50 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+// A Client whose acquire() goes through the API under test: the blocking call, or
+// acquire_future() (the asynchronous path) waited on.
+class ApiClient : public Client {
+ public:
+  ApiClient(Client client, bool async) : Client(std::move(client)), async_(async) {}
+  Result<Lease> acquire(const LockKey& key, const AcquireOptions& options = {}) {
+    return async_ ? acquire_future(key, options).get() : Client::acquire(key, options);
+  }
+
+ private:
+  bool async_;
+};
+
 template <typename Tag>
 class Conformance : public ::testing::Test {
  protected:
+  static constexpr bool kAsync = kAsyncApi<Tag>;
   void SetUp() override { harness_ = Tag::make(); }
 
-  Client connect(ClientOptions options = {}) {
+  ApiClient connect(ClientOptions options = {}) {
     auto client = Client::connect(harness_->uri(), options);
     if (!client.ok()) throw std::runtime_error("connect failed: " + client.status().to_string());
-    return std::move(*client);
+    return {std::move(*client), kAsync};
   }
   static LockKey key(std::string_view name) { return *LockKey::make(name); }
+  // Lease::release(), or release_async() waited on.
+  static Status release(Lease& lease) {
+    if (!kAsync) return lease.release();
+    std::promise<Status> released;
+    std::future<Status> status = released.get_future();
+    lease.release_async([&released](Status s) { released.set_value(std::move(s)); });
+    return status.get();
+  }
 
   std::unique_ptr<Harness> harness_;
 };
 
-using Backends = AllBackends;
+using Backends = AllBackendsBothApis;
 TYPED_TEST_SUITE(Conformance, Backends, BackendNames);
 
 // --- the Lease contract ----------------------------------------------------------------------
 
 TYPED_TEST(Conformance, Contract_GrantCarriesKeyOwnerNonZeroTokenAndFutureValidity) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   // valid_until() counts from the send of the statement that granted. A first acquire of a key
   // may send more than one (the PostgreSQL lease table inserts the key's row, then grants), and
   // opens connections between them: take and release the key once first, so that the acquire
@@ -53,7 +78,7 @@ TYPED_TEST(Conformance, Contract_GrantCarriesKeyOwnerNonZeroTokenAndFutureValidi
   {
     auto first = client.acquire(this->key("contract"), {.ttl = 5s});
     ASSERT_TRUE(first.ok()) << first.status().to_string();
-    ASSERT_TRUE(first->release().ok());
+    ASSERT_TRUE(this->release(*first).ok());
   }
   auto before = Clock::now();
   auto lease = client.acquire(this->key("contract"), {.ttl = 5s});
@@ -67,7 +92,7 @@ TYPED_TEST(Conformance, Contract_GrantCarriesKeyOwnerNonZeroTokenAndFutureValidi
 }
 
 TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   auto k = this->key("invalid");
   EXPECT_EQ(client.acquire(k, {.ttl = 0ms}).code(), Code::kInvalidArgument);
   EXPECT_EQ(client.acquire(k, {.ttl = -5s}).code(), Code::kInvalidArgument);
@@ -87,16 +112,16 @@ TYPED_TEST(Conformance, Contract_InvalidTtlAndWaitAreRejectedAndNothingIsHeld) {
 // std::chrono::milliseconds::max(), saturates its deadline (it gave up at once when the sum
 // wrapped).
 TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   auto k = this->key("longest");
   auto lease = client.acquire(k, {.ttl = kMaxDuration, .wait = kMaxDuration, .renew = false});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
   EXPECT_GT(lease->valid_until(), Clock::now() + kMaxDuration - 24h);
   EXPECT_FALSE(lease->is_lost());
-  EXPECT_TRUE(lease->release().ok());
+  EXPECT_TRUE(this->release(*lease).ok());
   auto waited = client.acquire(k, {.ttl = 5s, .wait = kMaxDuration});
   ASSERT_TRUE(waited.ok()) << waited.status().to_string();
-  ASSERT_TRUE(waited->release().ok());
+  ASSERT_TRUE(this->release(*waited).ok());
   auto forever = client.acquire(k, {.ttl = 5s, .wait = std::chrono::milliseconds::max()});
   ASSERT_TRUE(forever.ok()) << forever.status().to_string();
 }
@@ -104,7 +129,7 @@ TYPED_TEST(Conformance, Contract_TheLongestTtlAndWaitAreGranted) {
 // --- 1. Fencing ------------------------------------------------------------------------------
 
 TYPED_TEST(Conformance, Fencing_TokensStrictlyIncreaseAcross1000GrantsFromSeveralClients) {
-  std::vector<Client> clients;
+  std::vector<ApiClient> clients;
   clients.reserve(4);
   for (int i = 0; i < 4; ++i) clients.push_back(this->connect());
   auto k = this->key("fencing/sequential");
@@ -114,13 +139,13 @@ TYPED_TEST(Conformance, Fencing_TokensStrictlyIncreaseAcross1000GrantsFromSevera
     ASSERT_TRUE(lease.ok()) << "grant " << i << ": " << lease.status().to_string();
     ASSERT_GT(lease->token().value(), last) << "grant " << i;
     last = lease->token().value();
-    ASSERT_TRUE(lease->release().ok());
+    ASSERT_TRUE(this->release(*lease).ok());
   }
 }
 
 TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
   constexpr int kClients = 4, kGrantsEach = 15;
-  std::vector<Client> clients;
+  std::vector<ApiClient> clients;
   clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("fencing/contended");
@@ -141,7 +166,7 @@ TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
           fencelock::detail::MutexLock lock(mu);
           order.push_back(lease->token().value());
         }
-        (void)lease->release();
+        (void)this->release(*lease);
       }
     });
   }
@@ -154,7 +179,7 @@ TYPED_TEST(Conformance, Fencing_TokensIncreaseInGrantOrderUnderContention) {
 // --- 2. Mutual exclusion while valid ----------------------------------------------------------
 
 TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   auto k = this->key("mutex/simple");
   auto held = a.acquire(k, {.ttl = 10s});
   ASSERT_TRUE(held.ok()) << held.status().to_string();
@@ -174,7 +199,7 @@ TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid
             std::string::npos)
       << why;
   EXPECT_NE(why.find("not reentrant"), std::string::npos) << why;
-  ASSERT_TRUE(held->release().ok());
+  ASSERT_TRUE(this->release(*held).ok());
   auto again = b.acquire(k, {.ttl = 10s});
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   auto after_release = a.acquire(k, {.ttl = 10s});
@@ -185,7 +210,7 @@ TYPED_TEST(Conformance, MutualExclusion_SecondClientIsLockedWhileTheLeaseIsValid
 
 TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention) {
   constexpr int kClients = 4, kThreadsPerClient = 2, kGrantsEach = 8;
-  std::vector<Client> clients;
+  std::vector<ApiClient> clients;
   clients.reserve(kClients);
   for (int i = 0; i < kClients; ++i) clients.push_back(this->connect());
   auto k = this->key("mutex/contended");
@@ -202,7 +227,7 @@ TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention
           std::this_thread::sleep_for(1ms);  // the critical section's work
           if (lease->is_lost() || lease->valid_until() <= Clock::now()) overlaps++;
           inside.fetch_sub(1);
-          (void)lease->release();
+          (void)this->release(*lease);
         }
       });
     }
@@ -215,8 +240,8 @@ TYPED_TEST(Conformance, MutualExclusion_NeverTwoValidLeasesAtOnceUnderContention
 // --- 3. Liveness -----------------------------------------------------------------------------
 
 TYPED_TEST(Conformance, Liveness_AHolderThatVanishesWithoutReleasingFreesTheKeyWithinItsTtl) {
-  Client crashing = this->connect({.release_timeout = 0ms});  // its leases die without a release
-  Client other = this->connect();
+  ApiClient crashing = this->connect({.release_timeout = 0ms});  // its leases die without a release
+  ApiClient other = this->connect();
   auto k = this->key("liveness");
   {
     auto lease = crashing.acquire(k, {.ttl = this->harness_->short_ttl()});
@@ -235,7 +260,7 @@ TYPED_TEST(Conformance, Liveness_AHolderThatVanishesWithoutReleasingFreesTheKeyW
 // --- 4. Loss is signalled --------------------------------------------------------------------
 
 TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClientIsGranted) {
-  Client holder = this->connect(), other = this->connect();
+  ApiClient holder = this->connect(), other = this->connect();
   auto k = this->key("loss/paused");
   auto lease = holder.acquire(k, {.ttl = 2 * this->harness_->short_ttl()});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
@@ -259,7 +284,7 @@ TYPED_TEST(Conformance, Loss_APausedHolderIsToldItLostTheLockBeforeAnotherClient
 }
 
 TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidity) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   auto lease = client.acquire(this->key("loss/norenew"),
                               {.ttl = this->harness_->short_ttl(), .renew = false});
   ASSERT_TRUE(lease.ok()) << lease.status().to_string();
@@ -270,7 +295,7 @@ TYPED_TEST(Conformance, Loss_ALeaseWithoutRenewalSignalsLossNoLaterThanItsValidi
 }
 
 TYPED_TEST(Conformance, Loss_RenewalKeepsTheLeaseValidPastItsTtl) {
-  Client holder = this->connect(), other = this->connect();
+  ApiClient holder = this->connect(), other = this->connect();
   auto k = this->key("loss/renewed");
   const auto ttl = this->harness_->short_ttl();
   auto lease = holder.acquire(k, {.ttl = ttl});
@@ -285,19 +310,19 @@ TYPED_TEST(Conformance, Loss_RenewalKeepsTheLeaseValidPastItsTtl) {
 // --- 5. Nothing leaks; release ---------------------------------------------------------------
 
 TYPED_TEST(Conformance, Release_FreesTheKeyAtOnceAndFiresLost) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   auto k = this->key("release/explicit");
   auto lease = a.acquire(k, {.ttl = 30s});
   ASSERT_TRUE(lease.ok());
-  EXPECT_TRUE(lease->release().ok());
+  EXPECT_TRUE(this->release(*lease).ok());
   EXPECT_TRUE(lease->is_lost());
-  EXPECT_TRUE(lease->release().ok());  // idempotent
+  EXPECT_TRUE(this->release(*lease).ok());  // idempotent
   auto next = b.acquire(k, {.ttl = 30s});
   ASSERT_TRUE(next.ok()) << next.status().to_string();
 }
 
 TYPED_TEST(Conformance, Release_TheDestructorReleasesAndAMovedFromLeaseReleasesNothing) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   auto k = this->key("release/raii");
   {
     auto lease = a.acquire(k, {.ttl = 30s});
@@ -309,7 +334,7 @@ TYPED_TEST(Conformance, Release_TheDestructorReleasesAndAMovedFromLeaseReleasesN
 }
 
 TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   std::string name = "wait/event";
   auto k = this->key(name);
   auto lease = a.acquire(k, {.ttl = 30s});
@@ -322,7 +347,7 @@ TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
   std::this_thread::sleep_for(1s);
   long long during = this->harness_->acquire_attempts(name) - before;
   auto released_at = Clock::now();
-  ASSERT_TRUE(lease->release().ok());
+  ASSERT_TRUE(this->release(*lease).ok());
   waiter.join();
   ASSERT_TRUE(waited->ok()) << waited->status().to_string();
   // The holder's TTL (30 s) exceeds the wait (20 s): only the release event can explain a grant.
@@ -336,7 +361,7 @@ TYPED_TEST(Conformance, Wait_AWaiterIsWokenByTheReleaseWithoutPolling) {
 }
 
 TYPED_TEST(Conformance, Wait_ExpiresWithLockedAndLeavesNothingBehind) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   auto k = this->key("wait/timeout");
   auto lease = a.acquire(k, {.ttl = 30s});
   ASSERT_TRUE(lease.ok());
@@ -350,7 +375,7 @@ TYPED_TEST(Conformance, Wait_ExpiresWithLockedAndLeavesNothingBehind) {
 }
 
 TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   std::string name = "wait/cancel";
   auto k = this->key(name);
   auto lease = a.acquire(k, {.ttl = 30s});
@@ -365,7 +390,7 @@ TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
   waiter.join();
   EXPECT_LT(Clock::now() - cancelled_at, 5s);
   EXPECT_EQ(waited->code(), Code::kCancelled);
-  ASSERT_TRUE(lease->release().ok());
+  ASSERT_TRUE(this->release(*lease).ok());
   auto holder = b.inspect(k);
   ASSERT_TRUE(holder.ok());
   EXPECT_FALSE(holder->has_value()) << "the cancelled waiter left a lock behind";
@@ -376,7 +401,7 @@ TYPED_TEST(Conformance, Wait_AStopTokenCancelsTheWaitAndNothingIsLeftHeld) {
 
 TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter) {
   constexpr int kThreads = 8;
-  Client holder = this->connect(), waiters = this->connect();
+  ApiClient holder = this->connect(), waiters = this->connect();
   std::string name = "wait/coalesced";
   auto k = this->key(name);
   auto lease = holder.acquire(k, {.ttl = 30s});
@@ -397,7 +422,7 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
   ASSERT_TRUE(eventually([&] { return queue.waiting(name) == kThreads; }));
   ASSERT_TRUE(eventually([&] { return this->harness_->server_waiters(name) >= 1; }));
   EXPECT_EQ(this->harness_->server_waiters(name), 1);
-  ASSERT_TRUE(lease->release().ok());
+  ASSERT_TRUE(this->release(*lease).ok());
   for (auto& t : threads) t.join();
   ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kThreads));
   for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]);
@@ -408,7 +433,7 @@ TYPED_TEST(Conformance, Wait_ThreadsOfOneClientQueueLocallyBehindOneRemoteWaiter
 // --- metrics ---------------------------------------------------------------------------------
 
 TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
-  Client a = this->connect(), b = this->connect();
+  ApiClient a = this->connect(), b = this->connect();
   std::string name = "metrics/contended-grant";
   auto k = this->key(name);
   auto lease = a.acquire(k, {.ttl = 30s, .wait = 10s});
@@ -423,7 +448,7 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
     return this->harness_->acquire_attempts(name) > before &&
            this->harness_->server_waiters(name) >= 1;
   }));
-  ASSERT_TRUE(lease->release().ok());
+  ASSERT_TRUE(this->release(*lease).ok());
   waiter.join();
   ASSERT_TRUE(waited->ok()) << waited->status().to_string();
   MetricsSnapshot m = b.metrics();
@@ -439,7 +464,7 @@ TYPED_TEST(Conformance, Metrics_AWaiterGrantedAtTheReleaseIsAContendedGrant) {
 // answered non-JSON metadata with "kInternal: this is a bug", the others stored it, and invalid
 // UTF-8 aborted the process when it was encoded.
 TYPED_TEST(Conformance, Acquire_MetadataMustBeAJsonObjectInUtf8) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   for (const std::string bad : {"not json", "[1,2]", "\"text\"", "{\"a\":\"\xff\"}"}) {
     auto refused = client.acquire(this->key("meta"), {.ttl = 5s, .metadata = bad});
     EXPECT_EQ(refused.code(), Code::kInvalidArgument)
@@ -456,7 +481,7 @@ TYPED_TEST(Conformance, Acquire_MetadataMustBeAJsonObjectInUtf8) {
 // A prefix with a NUL is refused on every backend. Before, PostgreSQL cut it at the NUL and
 // listed every lock starting with "tenant-a" (here tenant-b's too, through "tenant-").
 TYPED_TEST(Conformance, Inspect_AListPrefixWithANulIsRefused) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   auto mine = client.acquire(this->key("tenant-a/job"), {.ttl = 30s});
   auto theirs = client.acquire(this->key("tenant-b/job"), {.ttl = 30s});
   ASSERT_TRUE(mine.ok() && theirs.ok());
@@ -467,7 +492,7 @@ TYPED_TEST(Conformance, Inspect_AListPrefixWithANulIsRefused) {
 }
 
 TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   auto a = client.acquire(this->key("jobs/a"), {.ttl = 30s});
   auto b = client.acquire(this->key("jobs/b"), {.ttl = 30s});
   auto other = client.acquire(this->key("other"), {.ttl = 30s});
@@ -477,7 +502,7 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   EXPECT_EQ((*holder)->key.str(), "jobs/a");
   EXPECT_EQ((*holder)->owner_prefix, a->owner().short_hex());
   EXPECT_EQ((*holder)->token, a->token());
-  if constexpr (std::is_same_v<TypeParam, PostgresAdvisoryBackendTag>) {
+  if constexpr (std::is_same_v<BackendOf<TypeParam>, PostgresAdvisoryBackendTag>) {
     // PostgreSQL advisory locks live as long as their session: no TTL to show.
     EXPECT_TRUE((*holder)->session_bound);
     EXPECT_EQ((*holder)->ttl_remaining, 0ms);
@@ -496,7 +521,7 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
   auto all = client.list();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 3u);
-  ASSERT_TRUE(b->release().ok());
+  ASSERT_TRUE(this->release(*b).ok());
   jobs = client.list("jobs/");
   ASSERT_TRUE(jobs.ok());
   EXPECT_EQ(jobs->size(), 1u);
@@ -506,7 +531,7 @@ TYPED_TEST(Conformance, Inspect_ShowsTheHolderAndListFiltersByPrefix) {
 }
 
 TYPED_TEST(Conformance, Keys_AnyBytesButNulWorkAndDoNotCollide) {
-  Client client = this->connect();
+  ApiClient client = this->connect();
   std::vector<std::string> names = {
       "a}b", "{a}",     "a*",      "a?[x]", "with space", "ünïcode", std::string(512, 'k'),
       "a",   "a:fence", "a}:fence"};

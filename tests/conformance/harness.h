@@ -69,13 +69,53 @@ struct EtcdBackendTag {
   static std::unique_ptr<Harness> make() { return make_etcd_harness(); }
 };
 
+// A backend driven through the asynchronous API (Client::acquire_future, Lease::release_async):
+// the conformance suite runs every case through both.
+template <typename Tag>
+struct AsyncApi {
+  using Backend = Tag;
+  static std::unique_ptr<Harness> make() { return Tag::make(); }
+};
+template <typename T>
+inline constexpr bool kAsyncApi = false;
+template <typename Tag>
+inline constexpr bool kAsyncApi<AsyncApi<Tag>> = true;
+// The backend tag of a suite's type parameter, whichever API it runs through.
+template <typename T>
+struct BackendOfT {
+  using type = T;
+};
+template <typename Tag>
+struct BackendOfT<AsyncApi<Tag>> {
+  using type = Tag;
+};
+template <typename T>
+using BackendOf = typename BackendOfT<T>::type;
+
 // Every backend, for TYPED_TEST_SUITE, with the names the suites print.
 using AllBackends =
     ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
                      PostgresAdvisoryBackendTag, EtcdBackendTag>;
+// Every backend through each API: "redis" the blocking one, "redis_async" the asynchronous one.
+using AllBackendsBothApis =
+    ::testing::Types<MemoryBackendTag, RedisBackendTag, RedlockBackendTag, PostgresLeaseBackendTag,
+                     PostgresAdvisoryBackendTag, EtcdBackendTag, AsyncApi<MemoryBackendTag>,
+                     AsyncApi<RedisBackendTag>, AsyncApi<RedlockBackendTag>,
+                     AsyncApi<PostgresLeaseBackendTag>, AsyncApi<PostgresAdvisoryBackendTag>,
+                     AsyncApi<EtcdBackendTag>>;
 struct BackendNames {
   template <typename T>
   static std::string GetName(int) {
+    if constexpr (kAsyncApi<T>) {
+      return name_of<typename T::Backend>() + "_async";
+    } else {
+      return name_of<T>();
+    }
+  }
+
+ private:
+  template <typename T>
+  static std::string name_of() {
     if (std::is_same_v<T, MemoryBackendTag>) return "memory";
     if (std::is_same_v<T, RedisBackendTag>) return "redis";
     if (std::is_same_v<T, RedlockBackendTag>) return "redlock";
