@@ -1,6 +1,7 @@
 // Backend URIs of every scheme, as a user or a config file writes them: the one URI parser
 // (core/uri.h: redis://, redlock://, etcd://, etcds://, memory://), the Redis connection specs
-// read from it (redis/connection.h) and the PostgreSQL splitter (postgres/postgres_uri.h).
+// read from it (redis/connection.h), the etcd options (etcd/etcd_options.h) and the PostgreSQL
+// splitter (postgres/postgres_uri.h).
 // Properties: no crash; percent-decoding inverts percent-encoding; a parsed URI's redact() never
 // depends on the password and parses back to the same hosts; no message or description shows
 // the password: each reads the same with another password in its place.
@@ -11,6 +12,7 @@
 #include <string_view>
 
 #include "core/uri.h"
+#include "etcd/etcd_options.h"
 #include "fuzz_check.h"
 #include "postgres/postgres_uri.h"
 #include "redis/connection.h"
@@ -141,6 +143,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(options.ok() || options.status().code() == fencelock::Code::kInvalidArgument);
     if (options.ok()) {
       FUZZ_CHECK(options->renew_batch >= 1 && options->renew_batch <= redis::kMaxRenewBatch);
+    }
+    // The etcd backends' reading: a namespace it accepts ends with '/' within the bound, and a
+    // client certificate comes with its key.
+    auto etcd_options = etcd::parse_etcd_options(*parsed);
+    FUZZ_CHECK(etcd_options.ok() ||
+               etcd_options.status().code() == fencelock::Code::kInvalidArgument);
+    if (etcd_options.ok()) {
+      const std::string& ns = etcd_options->key_namespace;
+      FUZZ_CHECK(ns.empty() || (ns.ends_with('/') && ns.size() <= etcd::kMaxNamespaceBytes));
+      FUZZ_CHECK(etcd_options->cert.empty() == etcd_options->key.empty());
+      FUZZ_CHECK(parsed->scheme == "etcds" || etcd_options->cacert.empty());
     }
   } else {
     FUZZ_CHECK(parsed.code() == fencelock::Code::kInvalidArgument);

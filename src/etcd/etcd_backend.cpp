@@ -1,23 +1,13 @@
 #include "etcd/etcd_backend.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
-#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/fence_issuer.h"
 #include "core/log_internal.h"
@@ -26,7 +16,6 @@
 #include "etcd/etcd_connection.h"
 #include "etcd/etcd_keys.h"
 #include "etcd/etcd_own_keys.h"
-#include "etcd/etcd_version.h"
 #include "fencelock/fence.h"
 
 namespace fencelock::detail {
@@ -1120,210 +1109,13 @@ class EtcdBackend final : public Backend,
 };
 
 }  // namespace
+
+std::unique_ptr<Backend> make_backend_on(std::unique_ptr<EtcdConnection> connection,
+                                         std::string description, std::size_t members,
+                                         std::string key_namespace, std::string issuer_identity) {
+  return std::make_unique<EtcdBackend>(std::move(connection), std::move(description), members,
+                                       std::move(key_namespace), std::move(issuer_identity));
+}
+
 }  // namespace etcd
-
-namespace etcd {
-namespace {
-
-// A certificate or key file: a regular file of at most kMaxPemBytes. Opened without blocking
-// and checked on the open descriptor, so that a FIFO cannot hang connect() and /dev/zero cannot
-// fill memory.
-constexpr off_t kMaxPemBytes = 1 << 20;
-
-Result<std::string> read_pem(const std::string& option, const std::string& path) {
-  const auto fail = [&](std::string_view why) {
-    return Status(Code::kInvalidArgument, fmt::format("etcds:// {}={}: {}", option, path, why));
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    return fail(fmt::format("cannot read the file: {}", std::generic_category().message(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail("not a regular file (a PEM file is expected)");
-  }
-  if (st.st_size > kMaxPemBytes) {
-    ::close(fd);
-    return fail(
-        fmt::format("{} bytes, more than a PEM file holds (at most {})", st.st_size, kMaxPemBytes));
-  }
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  text.resize(done);
-  return text;
-}
-
-// Refuses (kInvalidArgument, as an evicting Redis is) a member whose version revokes live leases
-// after a leader stall (etcd/etcd_version.h), unless `allow`, which logs a warning instead. A
-// version that cannot be read (a proxy without Maintenance, a permission error) is a warning, not a
-// refusal. `cluster_id`: the cluster id of the answer's header (left alone without an answer).
-Status check_server_version(EtcdConnection& conn, bool allow, std::uint64_t* cluster_id) {
-  pb::StatusRequest request;
-  pb::StatusResponse response;
-  const auto deadline = Clock::now() + conn.options().io_timeout;
-  grpc::Status status = conn.call(deadline, [&](Stubs& s, grpc::ClientContext& c) {
-    return s.maintenance->Status(&c, request, &response);
-  });
-  if (!status.ok()) {
-    detail::log(LogLevel::kWarning,
-                "could not read the etcd server version ({}): etcd before 3.4.31 and 3.5.13 can "
-                "revoke live leases after a leader stall (etcd-io/etcd#15247)",
-                to_status(status, "status").message());
-    return Status::Ok();
-  }
-  *cluster_id = response.header().cluster_id();
-  auto version = parse_server_version(response.version());
-  if (!version || !revokes_live_leases_after_a_leader_stall(*version)) return Status::Ok();
-  const std::string risk = fmt::format(
-      "etcd {} can revoke live leases after a leader stall (a former leader that resumes revokes "
-      "leases it believes expired: etcd-io/etcd#15247, fixed in 3.4.31 and 3.5.13), so that a "
-      "waiter is granted while the holder still holds; fencing tokens still order writes",
-      response.version());
-  if (!allow) {
-    return Status(Code::kInvalidArgument,
-                  risk +
-                      "; upgrade etcd, or accept the risk with the URI option "
-                      "allow_stale_leader_revoke=true");
-  }
-  detail::log(LogLevel::kWarning, "{} (accepted: allow_stale_leader_revoke=true)", risk);
-  return Status::Ok();
-}
-
-// etcds:// query options: cacert (CA bundle; default: the system roots), cert and key (client
-// certificate, both or neither). etcd:// takes none.
-Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const ParsedUri& uri) {
-  if (uri.scheme == "etcd") {
-    if (!uri.query.empty()) {
-      return Status(Code::kInvalidArgument,
-                    "etcd:// takes only the options namespace and allow_stale_leader_revoke "
-                    "(TLS options cacert, cert, key need etcds://)");
-    }
-    return grpc::InsecureChannelCredentials();
-  }
-  grpc::SslCredentialsOptions ssl;
-  for (const auto& [name, path] : uri.query) {
-    if (name != "cacert" && name != "cert" && name != "key") {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("etcds:// has no option '{}' (use cacert, cert, key, "
-                                "namespace, allow_stale_leader_revoke)",
-                                name));
-    }
-    auto pem = read_pem(name, path);
-    if (!pem.ok()) return pem.status();
-    (name == "cacert" ? ssl.pem_root_certs
-     : name == "cert" ? ssl.pem_cert_chain
-                      : ssl.pem_private_key) = *pem;
-  }
-  if (ssl.pem_cert_chain.empty() != ssl.pem_private_key.empty()) {
-    return Status(Code::kInvalidArgument,
-                  "etcds:// client certificate needs both cert=PATH and key=PATH");
-  }
-  return grpc::SslCredentials(ssl);
-}
-
-}  // namespace
-}  // namespace etcd
-
-Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
-                                                   const ClientOptions& options, bool check_only) {
-  auto parsed = parse_uri(text, 2379);
-  if (!parsed.ok()) return parsed.status();
-  ParsedUri& uri = *parsed;
-  if (uri.endpoints.empty())
-    return Status(Code::kInvalidArgument, uri.scheme + ":// needs at least one host");
-  if (!uri.path.empty()) {
-    return Status(Code::kInvalidArgument, uri.scheme + ":// takes no path (no /... after hosts)");
-  }
-  // allow_stale_leader_revoke=true accepts an etcd version with the stale-leader lease
-  // revocation defect (etcd/etcd_version.h); any scheme.
-  bool allow_stale_leader_revoke = false;
-  if (auto it = uri.query.find("allow_stale_leader_revoke"); it != uri.query.end()) {
-    if (it->second != "true" && it->second != "false") {
-      return Status(Code::kInvalidArgument,
-                    fmt::format("malformed backend URI: allow_stale_leader_revoke must be true or "
-                                "false, got '{}'",
-                                it->second));
-    }
-    allow_stale_leader_revoke = it->second == "true";
-    uri.query.erase(it);
-  }
-  // namespace=PREFIX/ puts every lock and election under PREFIX/ (etcd's namespace idea): lock
-  // NAME is then the keys PREFIX/NAME/<lease hex>, which `etcdctl lock PREFIX/NAME` shares, and a
-  // bare list reads only PREFIX/. Default empty: NAME/<lease hex>, as `etcdctl lock NAME`.
-  std::string key_namespace;
-  if (auto it = uri.query.find("namespace"); it != uri.query.end()) {
-    key_namespace = it->second;
-    uri.query.erase(it);
-    if (key_namespace.empty() || !key_namespace.ends_with('/') ||
-        key_namespace.find('\0') != std::string::npos || key_namespace.size() > 256) {
-      return Status(Code::kInvalidArgument,
-                    "malformed backend URI: namespace must end with '/', be at most 256 bytes "
-                    "and hold no NUL (e.g. namespace=locks/)");
-    }
-  }
-  auto credentials = etcd::channel_credentials(uri);
-  if (!credentials.ok()) return credentials.status();
-  if (uri.user.empty()) {
-    if (const char* env = std::getenv("FENCELOCK_ETCD_USER"); env != nullptr) uri.user = env;
-  }
-  if (!uri.has_password && !uri.user.empty()) {
-    if (const char* env = std::getenv("FENCELOCK_ETCD_PASSWORD"); env != nullptr) {
-      uri.password = env;
-      uri.has_password = true;
-    }
-  }
-  if (!uri.user.empty() && !uri.has_password) {
-    return Status(Code::kInvalidArgument, uri.scheme +
-                                              ":// with a user needs a password (user:password@ or "
-                                              "FENCELOCK_ETCD_PASSWORD)");
-  }
-  if (check_only) return std::unique_ptr<Backend>();
-  std::vector<std::string> endpoints;
-  for (const auto& endpoint : uri.endpoints) endpoints.push_back(endpoint_text(endpoint));
-  auto connection = std::make_unique<etcd::EtcdConnection>(endpoints, uri.user, uri.password,
-                                                           *credentials, options);
-  if (Status st = connection->connect(); !st.ok()) {
-    if (st.code() != Code::kUnavailable) return st;
-    return Status(Code::kUnavailable,
-                  st.message() + (uri.scheme == "etcds"
-                                      ? "; check that the members serve TLS, that cacert signed "
-                                        "their certificates (which must name the host dialled) "
-                                        "and that they accept cert/key"
-                                      : "; is etcd running there? (a TLS cluster needs etcds://)"));
-  }
-  std::uint64_t cluster_id = 0;
-  if (Status st = etcd::check_server_version(*connection, allow_stale_leader_revoke, &cluster_id);
-      !st.ok())
-    return st;
-  // Fence issuers name the cluster by the id in every etcd answer (the same through any member,
-  // any endpoint spelling, any process); a member that did not answer Status leaves the sorted
-  // endpoint list instead.
-  std::string issuer_identity;
-  if (cluster_id != 0) {
-    issuer_identity = fmt::format("etcd:cluster={:x}", cluster_id);
-  } else {
-    std::sort(endpoints.begin(), endpoints.end());
-    issuer_identity = "etcd://" + escape_issuer_part(fmt::format("{}", fmt::join(endpoints, ",")));
-  }
-  std::string description = redact(uri);
-  std::string options_shown;
-  if (!key_namespace.empty()) options_shown += "namespace=" + percent_encode(key_namespace);
-  if (allow_stale_leader_revoke) {
-    options_shown +=
-        (options_shown.empty() ? "" : "&") + std::string("allow_stale_leader_revoke=true");
-  }
-  if (!options_shown.empty()) description += "?" + options_shown;
-  return std::unique_ptr<Backend>(std::make_unique<etcd::EtcdBackend>(
-      std::move(connection), std::move(description), uri.endpoints.size(), std::move(key_namespace),
-      std::move(issuer_identity)));
-}
-
 }  // namespace fencelock::detail

@@ -15,7 +15,9 @@
 // See docs/PROTOCOLS.md ("etcd") for the full protocol and its limits.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/backend.h"
@@ -33,5 +35,15 @@ namespace fencelock::detail {
 Result<std::unique_ptr<Backend>> make_etcd_backend(std::string_view text,
                                                    const ClientOptions& options,
                                                    bool check_only = false);
+
+namespace etcd {
+class EtcdConnection;
+// The backend on a connected, authenticated `connection` (make_etcd_backend's last step):
+// `members` the URI's endpoint count, `key_namespace` the namespace option ("" or ending in '/'),
+// `issuer_identity` the fence issuer's (the cluster id).
+std::unique_ptr<Backend> make_backend_on(std::unique_ptr<EtcdConnection> connection,
+                                         std::string description, std::size_t members,
+                                         std::string key_namespace, std::string issuer_identity);
+}  // namespace etcd
 
 }  // namespace fencelock::detail

@@ -318,15 +318,15 @@ void EtcdConnection::prepare(grpc::ClientContext& context, Clock::time_point dea
   add_metadata(context, current_token());
 }
 
-grpc::Status EtcdConnection::call(Clock::time_point deadline, const CallFn& fn) {
-  grpc::Status status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call");
+grpc::Status EtcdConnection::with_failover(Clock::time_point deadline, std::string_view what,
+                                           const std::function<grpc::Status(bool* stop)>& attempt) {
+  grpc::Status status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      fmt::format("deadline passed before the {}", what));
   bool reauthenticated = false;
-  std::size_t tried = 0;
-  while (Clock::now() < deadline) {
-    std::size_t index = current_.load() % members_.size();
-    grpc::ClientContext context;
-    prepare(context, std::min(deadline, Clock::now() + options_.io_timeout));
-    status = fn(members_[index], context);
+  for (std::size_t tried = 0; Clock::now() < deadline;) {
+    bool stop = false;
+    status = attempt(&stop);
+    if (stop) return status;
     if (status.ok()) {
       reconnects_.connected();
       return status;
@@ -335,14 +335,24 @@ grpc::Status EtcdConnection::call(Clock::time_point deadline, const CallFn& fn) 
       reauthenticated = true;
       grpc::Status auth = authenticate(deadline);
       if (!auth.ok()) return auth;
-      continue;
+      continue;  // with the new token (a stream is replaced for it)
     }
     if (!retryable(status)) return status;
     reconnects_.failed();
-    fail_over(index);
     if (++tried % members_.size() == 0) pause_between_rounds(deadline);
   }
   return status;
+}
+
+grpc::Status EtcdConnection::call(Clock::time_point deadline, const CallFn& fn) {
+  return with_failover(deadline, "call", [&](bool*) {
+    const std::size_t index = current_.load() % members_.size();
+    grpc::ClientContext context;
+    prepare(context, std::min(deadline, Clock::now() + options_.io_timeout));
+    grpc::Status status = fn(members_[index], context);
+    if (!status.ok() && retryable(status)) fail_over(index);
+    return status;
+  });
 }
 
 // The shared LeaseKeepAlive stream. etcd answers the requests of one stream in order, each
@@ -552,30 +562,18 @@ std::shared_ptr<Stream> EtcdConnection::shared_stream(
 grpc::Status EtcdConnection::keep_alive(std::int64_t lease, Clock::time_point deadline,
                                         std::int64_t* ttl) {
   *ttl = 0;
-  grpc::Status status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the keep-alive");
-  bool reauthenticated = false;
-  for (std::size_t tried = 1; Clock::now() < deadline; ++tried) {
+  return with_failover(deadline, "keep-alive", [&](bool* stop) {
     auto stream = shared_stream(&EtcdConnection::lease_stream_,
                                 [](Stubs& stubs, grpc::ClientContext* context) {
                                   return stubs.lease->LeaseKeepAlive(context);
                                 });
-    if (!stream) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "etcd connection closed");
-    status = stream->keep_alive(lease, deadline, ttl);
-    if (status.ok()) {
-      reconnects_.connected();
-      return status;
+    if (!stream) {
+      *stop = true;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "etcd connection closed");
     }
-    if (invalid_token(status) && !user_.empty() && !reauthenticated) {
-      reauthenticated = true;
-      grpc::Status auth = authenticate(deadline);
-      if (!auth.ok()) return auth;
-      continue;  // the new token replaces the stream
-    }
-    if (!retryable(status)) return status;
-    reconnects_.failed();
-    if (tried % members_.size() == 0) pause_between_rounds(deadline);
-  }
-  return status;
+    // A failed stream fails over by itself (shared_stream's callback).
+    return stream->keep_alive(lease, deadline, ttl);
+  });
 }
 
 EtcdConnection::WatchResult EtcdConnection::watch(

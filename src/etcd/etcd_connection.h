@@ -33,6 +33,7 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/backend.h"
@@ -113,6 +114,13 @@ class EtcdConnection {
   void pause_between_rounds(Clock::time_point deadline);
   // Moves the current member past `from`, unless another thread already moved it.
   void fail_over(std::size_t from);
+  // The one retry policy of calls and keep-alives: `attempt` until it succeeds, a failure that
+  // no retry can mend, or `deadline`; an invalid token re-authenticates once; after every
+  // round over the members, pause_between_rounds. `attempt` fails over itself (or leaves it to
+  // its stream) and sets *stop to end at once with what it returned. `what` names the call in
+  // the status of a deadline that passed before the first attempt.
+  grpc::Status with_failover(Clock::time_point deadline, std::string_view what,
+                             const std::function<grpc::Status(bool* stop)>& attempt);
   // The shared stream in `slot`, replaced by a fresh one (opened with `open`) when it ended, was
   // opened on another member than the current one, or with another token. nullptr once the
   // destructor runs.

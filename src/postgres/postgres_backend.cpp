@@ -28,12 +28,7 @@ std::int64_t to_int(const PGresult* r, int row, int col) {
 Result<std::vector<std::string>> ensure_tables(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto exists = run(pool,
-                      "SELECT to_regclass('fencelock_leases') IS NOT NULL AND "
-                      "to_regclass('fencelock_tokens') IS NOT NULL AND "
-                      "to_regclass('fencelock_advisory_tokens') IS NOT NULL AND "
-                      "to_regclass('fencelock_advisory_holders') IS NOT NULL",
-                      {}, Clock::now() + timeout);
+    auto exists = run(pool, std::string(sql::catalog_tables), {}, Clock::now() + timeout);
     if (!exists.ok()) return exists.status();
     if (std::string_view(PQgetvalue(exists->get(), 0, 0)) == "t") return ran;
     auto created = run(pool, std::string(sql::schema), {}, Clock::now() + timeout, /*multi=*/true);
@@ -53,31 +48,23 @@ Result<std::vector<std::string>> ensure_tables(PgPool& pool, milliseconds timeou
   return ran;
 }
 
-// The column lease mode's late-attempt refusals need (lease_release_unknown.sql), missing from
-// lease tables made by versions before it.
-constexpr std::string_view kAddReleased =
-    "ALTER TABLE fencelock_leases ADD COLUMN IF NOT EXISTS released jsonb";
-
 // Adds `released` to a lease table that lacks it. Only lease mode and migrate need it: advisory
 // mode never reads the lease table, and connects whatever its columns.
 Result<std::vector<std::string>> ensure_released_column(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
-  auto has = run(pool,
-                 "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
-                 "to_regclass('fencelock_leases') AND attname = 'released' AND NOT attisdropped)",
-                 {}, Clock::now() + timeout);
+  auto has = run(pool, std::string(sql::catalog_released_column), {}, Clock::now() + timeout);
   if (!has.ok()) return has.status();
   if (std::string_view(PQgetvalue(has->get(), 0, 0)) == "t") return ran;
-  auto added = run(pool, std::string(kAddReleased), {}, Clock::now() + timeout);
+  auto added = run(pool, std::string(sql::add_released_column), {}, Clock::now() + timeout);
   if (added.code() == Code::kPermissionDenied) {
     return Status(Code::kPermissionDenied,
                   "table fencelock_leases lacks the column \"released\" that this version of "
                   "fencelock needs (an older version made the table), and this role may not add "
                   "it: ask the table's owner to run `fencelock migrate --backend URI` once (or `" +
-                      std::string(kAddReleased) + "`)");
+                      std::string(sql::add_released_column) + "`)");
   }
   if (!added.ok()) return added.status();
-  ran.emplace_back(kAddReleased);
+  ran.emplace_back(sql::add_released_column);
   return ran;
 }
 
@@ -96,11 +83,7 @@ Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeou
 // different sessions then do not follow grant order (a later grant can get a smaller token).
 // fencelock creates its sequences with CACHE 1; one made or altered otherwise is refused.
 Status check_token_sequences(PgPool& pool, milliseconds timeout) {
-  auto r = run(pool,
-               "SELECT seqrelid::regclass::text, seqcache FROM pg_sequence WHERE seqrelid IN "
-               "(to_regclass('fencelock_tokens'), to_regclass('fencelock_advisory_tokens')) "
-               "AND seqcache > 1",
-               {}, Clock::now() + timeout);
+  auto r = run(pool, std::string(sql::catalog_token_caches), {}, Clock::now() + timeout);
   if (!r.ok()) return r.status();
   if (PQntuples(r->get()) == 0) return Status::Ok();
   const std::string name = PQgetvalue(r->get(), 0, 0);
@@ -117,10 +100,7 @@ Status check_token_sequences(PgPool& pool, milliseconds timeout) {
 // logical replication, which a role without pg_read_all_stats cannot tell apart: such a server
 // needs the option too.
 Status check_asynchronous_standbys(PgPool& pool, milliseconds timeout, bool allow) {
-  auto r = run(pool,
-               "SELECT count(*), current_setting('synchronous_standby_names') FROM "
-               "pg_stat_replication",
-               {}, Clock::now() + timeout);
+  auto r = run(pool, std::string(sql::catalog_standbys), {}, Clock::now() + timeout);
   if (!r.ok() || PQntuples(r->get()) != 1) return Status::Ok();
   const std::string senders = PQgetvalue(r->get(), 0, 0);
   const std::string names = PQgetvalue(r->get(), 0, 1);
@@ -391,17 +371,13 @@ class LeaseBackend final : public Backend, public ReleaseEvents {
 // needs EXECUTE on pg_control_system() (PUBLIC has it by default); without it, the URI's hosts
 // and ports as written.
 Result<std::string> issuer_identity(PgPool& pool, const PostgresUri& uri, milliseconds timeout) {
-  auto where = run(pool,
-                   "SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE'), "
-                   "current_database(), coalesce(current_schema(), '')",
-                   {}, Clock::now() + timeout);
+  auto where = run(pool, std::string(sql::catalog_place), {}, Clock::now() + timeout);
   if (!where.ok()) return where.status();
   const std::string place =
       fmt::format("{}/{}?mode={}", escape_issuer_part(PQgetvalue(where->get(), 0, 1)),
                   escape_issuer_part(PQgetvalue(where->get(), 0, 2)), uri.mode);
   if (std::string_view(PQgetvalue(where->get(), 0, 0)) == "t") {
-    auto system = run(pool, "SELECT system_identifier::text FROM pg_catalog.pg_control_system()",
-                      {}, Clock::now() + timeout);
+    auto system = run(pool, std::string(sql::catalog_system), {}, Clock::now() + timeout);
     if (!system.ok()) return system.status();
     return fmt::format("postgres:system={}/{}", PQgetvalue(system->get(), 0, 0), place);
   }
@@ -470,24 +446,8 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
   // CREATE ... IF NOT EXISTS accepts an object that someone else created first, and its owner
   // could then rewrite tokens at will: every fencelock object that already exists must belong to
   // the migrating role (or one it holds) or to a superuser.
-  auto foreign = postgres::run(
-      pool,
-      // The roles whose objects the migrating role may trust: itself and those it is a member
-      // of (pg_has_role() is true for every role when the migrating role is a superuser).
-      "WITH RECURSIVE mine(oid) AS (SELECT oid FROM pg_roles WHERE rolname = current_user "
-      "UNION SELECT m.roleid FROM pg_auth_members m JOIN mine ON m.member = mine.oid) "
-      "SELECT o.kind, o.name, pg_get_userbyid(o.owner), current_user FROM ("
-      "SELECT CASE c.relkind WHEN 'S' THEN 'sequence' ELSE 'table' END AS kind, "
-      "c.relname::text AS name, c.relowner AS owner FROM pg_class c WHERE c.oid IN ("
-      "to_regclass('fencelock_leases'), to_regclass('fencelock_tokens'), "
-      "to_regclass('fencelock_advisory_tokens'), to_regclass('fencelock_advisory_holders'), "
-      "to_regclass('fencelock_fences')) "
-      "UNION ALL SELECT 'function', p.proname::text, p.proowner FROM pg_proc p "
-      "WHERE p.oid IN (to_regprocedure('fencelock_fence(text,numeric)'), "
-      "to_regprocedure('fencelock_fence(text,numeric,text)'))) o "
-      "JOIN pg_roles r ON r.oid = o.owner "
-      "WHERE NOT r.rolsuper AND o.owner NOT IN (SELECT oid FROM mine) ORDER BY 2",
-      {}, Clock::now() + timeout);
+  auto foreign = postgres::run(pool, std::string(postgres::sql::catalog_foreign_objects), {},
+                               Clock::now() + timeout);
   if (!foreign.ok()) return foreign.status();
   if (PQntuples(foreign->get()) > 0) {
     const PGresult* r = foreign->get();
@@ -503,12 +463,8 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
   if (!ran.ok()) return ran.status();
   // The fence (PostgresFence) too, so that one migrate sets up everything, and upgrades a fence
   // of an older version (the COMMENT that fence_schema.sql sets): the file keeps every record.
-  auto fenced = postgres::run(pool,
-                              "SELECT to_regclass('fencelock_fences') IS NOT NULL AND "
-                              "coalesce(obj_description(to_regprocedure("
-                              "'fencelock_fence(text,numeric,text)'), 'pg_proc'), '') = "
-                              "'fencelock fence 2'",
-                              {}, Clock::now() + timeout);
+  auto fenced =
+      postgres::run(pool, std::string(postgres::sql::catalog_fence), {}, Clock::now() + timeout);
   if (!fenced.ok()) return fenced.status();
   if (std::string_view(PQgetvalue(fenced->get(), 0, 0)) != "t") {
     auto created = postgres::run(pool, std::string(postgres::sql::fence_schema), {},

@@ -26,6 +26,7 @@
 #include "run_command.h"
 #include "terminal_text.h"
 #include "torture/child_processes.h"
+#include "torture/faults.h"
 #include "torture/torture_command.h"
 
 namespace fencelock::cli {
@@ -184,6 +185,28 @@ CLI::App* add_elect(CLI::App& app, ElectArgs& args) {
   return elect;
 }
 
+// `text` broken into lines of at most `width` columns at spaces (a longer word stays whole);
+// the first line is shorter by `first_taken` columns.
+std::string wrap_words(std::string_view text, std::size_t width, std::size_t first_taken) {
+  std::string out;
+  std::size_t column = first_taken;
+  while (!text.empty()) {
+    const std::size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    if (column > 0 && column + 1 + word.size() > width) {
+      out += '\n';
+      column = 0;
+    } else if (column > 0) {
+      out += ' ';
+      column++;
+    }
+    out += word;
+    column += word.size();
+  }
+  return out;
+}
+
 CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
   CLI::App* torture = app.add_subcommand("torture", "Prove safety under faults (fences, lost())");
   torture->footer(
@@ -193,14 +216,9 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "lost updates, token regressions, mutual exclusion while valid, late or missing lost()\n"
       "must all be 0. Verdict SAFE (exit 0), UNSAFE (exit 1), or INCONCLUSIVE (exit 2: too few\n"
       "grants or writes, a fault that never took effect, a failed control program).\n"
-      "Faults: pause (SIGSTOP a holder past its TTL), kill (SIGKILL a worker, start another),\n"
-      "latency, drop, partition, delay-one (one request or reply held 1.5 TTL: through a TCP\n"
-      "proxy per server on 127.0.0.1), skew, jump\n"
-      "(libfaketime), server-kill, minority-stall (SIGSTOP one server), admin-delete (the lock\n"
-      "taken away behind its holder: --server-control), many-leases (each worker also holds\n"
-      "--extra-leases long leases), evict (memory pressure on Redis: PROGRAM fill PORT),\n"
-      "cancel-race (waits that time out or are cancelled about when a holder releases),\n"
-      "failover (PostgreSQL: replication stalled, primary crashed, standby promoted).\n\n"
+      "Faults: " +
+      wrap_words(torture::fault_help() + ".", 90, 8) +
+      "\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
   add_backend_options(torture, args.backend, args.json);

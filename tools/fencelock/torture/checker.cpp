@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "torture/faults.h"
+
 namespace fencelock::torture {
 
 const char* verdict_name(Verdict verdict) {
@@ -36,7 +38,7 @@ class Checker {
         allowance_(options.lost_allowance.count()) {
     for (const LeaseReport& lease : record.leases) leases_[{lease.pid, lease.token}] = &lease;
     for (const InjectedFault& f : record.faults) {
-      if (f.kind == "skew" && f.pid != 0) skewed_.insert(f.pid);
+      if (is_fault(f.kind, Fault::kSkew) && f.pid != 0) skewed_.insert(f.pid);
     }
   }
 
@@ -83,9 +85,9 @@ class Checker {
   bool session_ended(long pid, const LeaseReport* lease, Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
       if (!f.took_effect || t < f.at || t > f.healed_at + margin_) return false;
-      if (f.kind == "kill") return f.pid == pid && lease == nullptr;
-      const bool cuts_every_session = f.kind == "drop" || f.kind == "partition" ||
-                                      f.kind == "server-kill" || f.kind == "failover";
+      if (is_fault(f.kind, Fault::kKill)) return f.pid == pid && lease == nullptr;
+      const FaultSpec* spec = find_fault(f.kind);
+      const bool cuts_every_session = spec != nullptr && spec->cuts_every_session;
       return cuts_every_session && (lease == nullptr || lease->lost);
     });
   }
@@ -102,7 +104,8 @@ class Checker {
   // its report written, before the learning bound: what check_deletions() accepts too).
   bool deleted_and_told(const LeaseReport& lease, Nanos t) const {
     return std::any_of(record_.faults.begin(), record_.faults.end(), [&](const InjectedFault& f) {
-      if (f.kind != "admin-delete" || lease.granted_at > done(f) || f.at > t) return false;
+      if (!is_fault(f.kind, Fault::kAdminDelete) || lease.granted_at > done(f) || f.at > t)
+        return false;
       const Nanos bound = done(f) + learn_bound();
       const bool told = lease.lost && lease.fired_at != 0 && lease.fired_at <= bound;
       const bool let_go = !lease.lost && lease.observed_at != 0 && lease.observed_at <= bound;
@@ -306,7 +309,8 @@ class Checker {
   void check_deletions() {
     for (const InjectedFault& f : record_.faults) {
       // Only a delete known to have taken the lock: one that did nothing is no fault at all.
-      if (f.kind != "admin-delete" || !f.took_effect || !deleted_under_holder(f)) continue;
+      if (!is_fault(f.kind, Fault::kAdminDelete) || !f.took_effect || !deleted_under_holder(f))
+        continue;
       const Nanos bound = done(f) + learn_bound();
       for (const LeaseReport& lease : record_.leases) {
         // Only a lease held when the delete began is certainly hit; one granted while it ran
@@ -331,7 +335,7 @@ class Checker {
   std::string missing_evidence(const InjectedFault& f) const {
     const Nanos until = f.healed_at + margin_;
     const auto& events = record_.register_events;
-    if (f.kind == "pause") {
+    if (is_fault(f.kind, Fault::kPause)) {
       if (!f.took_effect) return not_taken(f);
       const bool lost =
           std::any_of(record_.leases.begin(), record_.leases.end(), [&](const LeaseReport& l) {
@@ -344,7 +348,7 @@ class Checker {
       });
       return lost || refused ? "" : "the paused worker neither lost its lease nor was refused";
     }
-    if (f.kind == "kill") {
+    if (is_fault(f.kind, Fault::kKill)) {
       if (!f.took_effect) return not_taken(f);
       const bool restarted = std::any_of(events.begin(), events.end(), [&](const RegisterEvent& e) {
         return e.kind == RegisterEvent::kHello && e.worker == f.worker && e.pid != f.pid &&
@@ -352,32 +356,34 @@ class Checker {
       });
       return restarted ? "" : "no new worker started after the kill";
     }
-    if (f.kind == "skew" || f.kind == "jump") {
+    if (is_fault(f.kind, Fault::kSkew) || is_fault(f.kind, Fault::kJump)) {
       const RegisterEvent* hello = nullptr;
       for (const RegisterEvent& e : events) {
         if (e.pid != f.pid) continue;
         if (e.kind == RegisterEvent::kHello) hello = &e;
         if (e.kind == RegisterEvent::kLeave || e.at < f.at || e.at > f.healed_at) continue;
-        if (f.kind == "jump" && e.worker_wall - e.wall <= -20'000 * kMs) return "";
-        if (f.kind == "skew" && hello != nullptr && e.at - hello->at >= 200 * kMs &&
+        if (is_fault(f.kind, Fault::kJump) && e.worker_wall - e.wall <= -20'000 * kMs) return "";
+        if (is_fault(f.kind, Fault::kSkew) && hello != nullptr && e.at - hello->at >= 200 * kMs &&
             2 * (e.worker_steady - hello->worker_steady) < e.at - hello->at) {
           return "";
         }
       }
-      return f.kind == "jump" ? "the worker's wall clock was never seen behind"
-                              : "the worker's clock was never seen running slow";
+      return is_fault(f.kind, Fault::kJump) ? "the worker's wall clock was never seen behind"
+                                            : "the worker's clock was never seen running slow";
     }
-    if (f.kind == "admin-delete") {
+    if (is_fault(f.kind, Fault::kAdminDelete)) {
       if (!f.took_effect) return not_taken(f);
       if (f.pid == 0) return "no worker was inside its critical section when it began";
       return deleted_under_holder(f) ? ""
                                      : "no holder inside was seen losing the lock: it was not "
                                        "told, not overtaken, and still held it when inspected";
     }
-    if (f.kind == "minority-stall" || f.kind == "server-kill" || f.kind == "failover") {
+    if (is_fault(f.kind, Fault::kMinorityStall) || is_fault(f.kind, Fault::kServerKill) ||
+        is_fault(f.kind, Fault::kFailover)) {
       if (!f.took_effect) return not_taken(f);
       // What the server itself showed: a control program's exit status proves nothing.
-      const bool stall = f.kind == "minority-stall", kill = f.kind == "server-kill";
+      const bool stall = is_fault(f.kind, Fault::kMinorityStall),
+                 kill = is_fault(f.kind, Fault::kServerKill);
       const ProbeResult during = stall ? ProbeResult::kSilent : ProbeResult::kRefused;
       if (f.probe_during != during) {
         return fmt::format("{} ({})",
@@ -397,7 +403,7 @@ class Checker {
       }
       return "";
     }
-    if (f.kind == "evict") {
+    if (is_fault(f.kind, Fault::kEvict)) {
       if (!f.took_effect) return not_taken(f);
       const bool evicted = f.evicted_before >= 0 && f.evicted_after > f.evicted_before;
       if (evicted || f.filled_up) return "";

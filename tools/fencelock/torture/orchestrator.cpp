@@ -22,6 +22,7 @@
 #include "torture/child_processes.h"
 #include "torture/endpoints.h"
 #include "torture/fault_proxy.h"
+#include "torture/faults.h"
 #include "torture/server_probe.h"
 #include "torture/shared_register.h"
 
@@ -34,8 +35,17 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kFaketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
-bool wanted(const std::vector<std::string>& faults, std::string_view kind) {
-  return std::find(faults.begin(), faults.end(), kind) != faults.end();
+bool wanted(const std::vector<std::string>& faults, Fault fault) {
+  return std::any_of(faults.begin(), faults.end(),
+                     [&](const std::string& name) { return is_fault(name, fault); });
+}
+
+// Whether any of `faults` has the property `has` (faults.h).
+bool any_fault(const std::vector<std::string>& faults, bool FaultSpec::*has) {
+  return std::any_of(faults.begin(), faults.end(), [&](const std::string& name) {
+    const FaultSpec* spec = find_fault(name);
+    return spec != nullptr && spec->*has;
+  });
 }
 
 // The kind argument of `PROGRAM admin-delete KIND KEY` for a backend URI.
@@ -45,12 +55,6 @@ std::string admin_kind(const std::string& uri) {
   if (plugin->family == "postgres")
     return uri.find("mode=lease") != std::string::npos ? "postgres-lease" : "postgres-advisory";
   return std::string(plugin->family);
-}
-
-bool needs_proxy(const std::vector<std::string>& faults) {
-  for (const auto& f : faults)
-    if (f == "latency" || f == "drop" || f == "partition" || f == "delay-one") return true;
-  return false;
 }
 
 struct ActiveFault {
@@ -74,12 +78,12 @@ class Orchestrator {
         control_(settings_.server_control, dir_ + "/server-control.log") {
     // many-leases is a condition of the whole run, not an injection on the schedule.
     for (const std::string& f : settings_.faults) {
-      if (f != "many-leases") scheduled_.push_back(f);
+      const FaultSpec* spec = find_fault(f);
+      if (spec == nullptr) throw std::invalid_argument(fmt::format("unknown fault '{}'", f));
+      if (spec->scheduled) scheduled_.push_back(spec);
     }
     reg_ = std::make_unique<SharedRegister>(dir_ + "/register.sock", settings_.fence);
-    if (std::count(settings_.faults.begin(), settings_.faults.end(), "skew") +
-            std::count(settings_.faults.begin(), settings_.faults.end(), "jump") >
-        0) {
+    if (any_fault(settings_.faults, &FaultSpec::clock)) {
       faketime_ = kFaketime;
       if (!std::filesystem::exists(faketime_)) {
         throw std::invalid_argument(fmt::format(
@@ -88,34 +92,33 @@ class Orchestrator {
       }
     }
     worker_uri_ = uri;
-    for (const char* kind :
-         {"server-kill", "minority-stall", "admin-delete", "evict", "failover"}) {
-      if (wanted(settings_.faults, kind) && settings_.server_control.empty()) {
+    for (const std::string& kind : settings_.faults) {
+      if (find_fault(kind)->server_control && settings_.server_control.empty()) {
         throw std::invalid_argument(
             fmt::format("the fault {} needs --server-control PROGRAM (e.g. scripts/servers.sh "
                         "for its local servers)",
                         kind));
       }
     }
-    if (wanted(settings_.faults, "evict") && probe_protocol(uri) != ProbeProtocol::kRedis) {
+    if (wanted(settings_.faults, Fault::kEvict) && probe_protocol(uri) != ProbeProtocol::kRedis) {
       throw std::invalid_argument("the fault evict needs a redis:// or redlock:// backend");
     }
-    if (wanted(settings_.faults, "admin-delete") && admin_kind(uri).empty()) {
+    if (wanted(settings_.faults, Fault::kAdminDelete) && admin_kind(uri).empty()) {
       throw std::invalid_argument("the fault admin-delete knows redis, redlock, etcd and postgres");
     }
-    if (wanted(settings_.faults, "failover") && probe_protocol(uri) != ProbeProtocol::kPostgres) {
+    if (wanted(settings_.faults, Fault::kFailover) &&
+        probe_protocol(uri) != ProbeProtocol::kPostgres) {
       throw std::invalid_argument(
           "the fault failover needs a postgres:// URI that names the primary first and its "
           "standby (host1,host2 with target_session_attrs=read-write)");
     }
-    if (wanted(settings_.faults, "server-kill") || wanted(settings_.faults, "minority-stall") ||
-        wanted(settings_.faults, "evict") || wanted(settings_.faults, "failover")) {
+    if (any_fault(settings_.faults, &FaultSpec::on_servers)) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       servers_ = split->hosts;
       protocol_ = probe_protocol(uri).value_or(ProbeProtocol::kRedis);
     }
-    if (needs_proxy(settings_.faults)) {
+    if (any_fault(settings_.faults, &FaultSpec::through_proxy)) {
       auto split = split_uri(uri);
       if (!split.ok()) throw std::invalid_argument(split.status().message());
       for (auto& host : split->hosts) {
@@ -150,14 +153,14 @@ class Orchestrator {
       // many-leases: the faults wait (at most half the run) until every worker holds its extra
       // leases, so that a fault does not stall their acquisition and the run tests the condition.
       if (!extras_ready_ && now >= next_fault) {
-        extras_ready_ = !wanted(settings_.faults, "many-leases") ||
+        extras_ready_ = !wanted(settings_.faults, Fault::kManyLeases) ||
                         workers_holding_extras() == settings_.workers ||
                         now >= start + settings_.duration / 2;
         if (!extras_ready_) next_fault = now + milliseconds(200);
       }
       if (extras_ready_ && !active && !scheduled_.empty() && now >= next_fault &&
           now + settings_.ttl * 2 < end) {
-        active = inject(scheduled_[fault_index++ % scheduled_.size()], record);
+        active = inject(*scheduled_[fault_index++ % scheduled_.size()], record);
       }
       if (now >= next_progress) {
         next_progress = now + milliseconds(1000);
@@ -178,7 +181,7 @@ class Orchestrator {
     record.final_value = reg_->value();
     record.control_failures = control_.failures();
     read_worker_logs(record);
-    if (wanted(settings_.faults, "many-leases")) record.faults.push_back(many_leases(record));
+    if (wanted(settings_.faults, Fault::kManyLeases)) record.faults.push_back(many_leases(record));
     races_seen(record);
     write_history(record);
     return record;
@@ -224,7 +227,7 @@ class Orchestrator {
       }
     }
     for (InjectedFault& f : record.faults) {
-      if (f.kind != "cancel-race") continue;
+      if (!is_fault(f.kind, Fault::kCancelRace)) continue;
       const auto n = std::count_if(ends.begin(), ends.end(),
                                    [&](Nanos at) { return at >= f.at && at <= f.healed_at; });
       f.took_effect = n > 0;
@@ -253,7 +256,7 @@ class Orchestrator {
   // all its extra leases.
   InjectedFault many_leases(const RunRecord& record) const {
     InjectedFault f;
-    f.kind = "many-leases";
+    f.kind = fault_name(Fault::kManyLeases);
     f.at = record.started_at;
     f.healed_at = record.ended_at;
     const int holding = workers_holding_extras();
@@ -333,29 +336,30 @@ class Orchestrator {
   }
 
   std::vector<std::string> worker_argv(int id) const {
-    return {"fencelock",
-            "torture-worker",
-            "--socket",
-            reg_->path(),
-            "--log",
-            log_of(id),
-            "--id",
-            std::to_string(id),
-            "--ttl-ms",
-            std::to_string(settings_.ttl.count()),
-            "--critical-ms",
-            std::to_string(settings_.critical.count()),
-            "--key",
-            settings_.key,
-            "--extra-leases",
-            std::to_string(wanted(settings_.faults, "many-leases") ? settings_.extra_leases : 0),
-            "--api",
-            settings_.async_api ? "async" : "blocking"};
+    return {
+        "fencelock",
+        "torture-worker",
+        "--socket",
+        reg_->path(),
+        "--log",
+        log_of(id),
+        "--id",
+        std::to_string(id),
+        "--ttl-ms",
+        std::to_string(settings_.ttl.count()),
+        "--critical-ms",
+        std::to_string(settings_.critical.count()),
+        "--key",
+        settings_.key,
+        "--extra-leases",
+        std::to_string(wanted(settings_.faults, Fault::kManyLeases) ? settings_.extra_leases : 0),
+        "--api",
+        settings_.async_api ? "async" : "blocking"};
   }
 
-  ActiveFault inject(const std::string& kind, RunRecord& record) {
+  ActiveFault inject(const FaultSpec& spec, RunRecord& record) {
     ActiveFault fault;
-    fault.record.kind = kind;
+    fault.record.kind = spec.name;
     fault.record.at = monotonic_now();
     fault.heal_at = Clock::now();
     fault.proxy_actions_before = proxy_actions();
@@ -368,165 +372,197 @@ class Orchestrator {
       fault.record.pid = workers_[static_cast<std::size_t>(worker)]->pid();
       return *workers_[static_cast<std::size_t>(worker)];
     };
-    if (kind == "pause") {
-      // Wait (a little) for a holder between its read and its write: the GC pause that hurts.
-      for (int i = 0; i < 500 && !reg_->worker_between_read_and_write(); ++i)
-        std::this_thread::sleep_for(milliseconds(2));
-      fault.paused_worker = pick();
-      WorkerProcess& w = hit(*fault.paused_worker);
-      fault.record.at = monotonic_now();  // the pause window starts here, not before the wait
-      w.signal(SIGSTOP);
-      for (int i = 0; i < 100 && !fault.record.took_effect; ++i) {
-        fault.record.took_effect = w.stopped();
-        if (!fault.record.took_effect) std::this_thread::sleep_for(milliseconds(1));
+    switch (spec.fault) {
+      case Fault::kPause: {
+        // Wait (a little) for a holder between its read and its write: the GC pause that hurts.
+        for (int i = 0; i < 500 && !reg_->worker_between_read_and_write(); ++i)
+          std::this_thread::sleep_for(milliseconds(2));
+        fault.paused_worker = pick();
+        WorkerProcess& w = hit(*fault.paused_worker);
+        fault.record.at = monotonic_now();  // the pause window starts here, not before the wait
+        w.signal(SIGSTOP);
+        for (int i = 0; i < 100 && !fault.record.took_effect; ++i) {
+          fault.record.took_effect = w.stopped();
+          if (!fault.record.took_effect) std::this_thread::sleep_for(milliseconds(1));
+        }
+        if (!fault.record.took_effect) fault.record.note = "the process was never seen stopped";
+        fault.heal_at += settings_.ttl * 3 / 2;
+        break;
       }
-      if (!fault.record.took_effect) fault.record.note = "the process was never seen stopped";
-      fault.heal_at += settings_.ttl * 3 / 2;
-    } else if (kind == "kill") {
-      WorkerProcess& w = hit(pick());
-      fault.record.took_effect = w.kill_and_reap();
-      if (!fault.record.took_effect) fault.record.note = "the worker had already exited";
-      w.start();
-    } else if (kind == "skew") {
-      // Restarted with a clock (monotonic and wall) running at a quarter of the real rate: its
-      // renewals come too late and its own idea of validity is 4x too long, so its first (long)
-      // critical section outlives its lease. Healed by a restart with the real clock.
-      fault.skewed_worker = pick();
-      WorkerProcess& w = hit(*fault.skewed_worker);
-      w.kill_and_reap();
-      w.start({"LD_PRELOAD=" + faketime_, "FAKETIME=+0 x0.25", "FAKETIME_DONT_FAKE_MONOTONIC=0",
-               "DONT_FAKE_MONOTONIC=0", "FAKETIME_TIMESTAMP_FILE="});
-      fault.record.pid = w.pid();  // the skewed process (its clock shows the skew: checker)
-      fault.heal_at += settings_.ttl * 5;
-    } else if (kind == "jump") {
-      // The wall clock of one worker steps back 30 s (as an NTP step would); CLOCK_MONOTONIC
-      // does not move. fencelock must not care (Redis FIFO tickets use the wall clock: fairness
-      // may suffer, never safety).
-      fault.jumped_worker = pick();
-      hit(*fault.jumped_worker);
-      (void)cli::replace_file(clock_file(*fault.jumped_worker), "-30s\n");
-      fault.heal_at += settings_.ttl * 2;
-    } else if (kind == "server-kill") {
-      // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
-      // Evidence (checker): the port refuses connections after the kill (polled a moment, for
-      // a server that takes that long to go) and answers again after the restart.
-      const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      fault.record.took_effect = control_.run({"kill", std::to_string(victim.port)});
-      if (fault.record.took_effect) {
-        fault.record.probe_during = probe_until(victim, protocol_, ProbeResult::kRefused,
-                                                probe_deadline(), milliseconds(1000));
-      } else {
-        fault.record.note = "the control program's kill failed";
+      case Fault::kKill: {
+        WorkerProcess& w = hit(pick());
+        fault.record.took_effect = w.kill_and_reap();
+        if (!fault.record.took_effect) fault.record.note = "the worker had already exited";
+        w.start();
+        break;
       }
-      fault.restart_server = victim;
-      fault.heal_at += settings_.ttl;
-    } else if (kind == "failover") {
-      // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
-      // standby promoted (PROGRAM failover PORT LAG): with asynchronous replication the standby
-      // lacks the commits of the stall. A lost commit shows as a repeated token only when the
-      // workers drew more tokens in the stall than a PostgreSQL sequence logs ahead (32): each
-      // grant draws one (lease mode draws none for a refused attempt), so 4 TTL must hold more
-      // than 32 grants (a TTL of 6 s at a few grants a second). Once per run: the old primary
-      // stays down.
-      const HostPort& primary = servers_.front();
-      const bool failed_over = control_.run(
-          {"failover", std::to_string(primary.port),
-           fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
-      fault.record.done_at = monotonic_now();  // `at`: when replication stalled
-      fault.record.took_effect = failed_over;
-      if (failed_over) {
-        // Evidence (checker): the old primary refuses connections, its standby answers.
-        fault.record.probe_during = probe_until(primary, protocol_, ProbeResult::kRefused,
-                                                probe_deadline(), milliseconds(1000));
-        fault.record.probe_after = servers_.size() < 2
-                                       ? ProbeResult::kUnknown
-                                       : probe_until(servers_[1], protocol_, ProbeResult::kAnswered,
-                                                     probe_deadline(), answer_limit());
-      } else {
-        fault.record.note = "the control program's failover failed";
+      case Fault::kSkew: {
+        // Restarted with a clock (monotonic and wall) running at a quarter of the real rate: its
+        // renewals come too late and its own idea of validity is 4x too long, so its first (long)
+        // critical section outlives its lease. Healed by a restart with the real clock.
+        fault.skewed_worker = pick();
+        WorkerProcess& w = hit(*fault.skewed_worker);
+        w.kill_and_reap();
+        w.start({"LD_PRELOAD=" + faketime_, "FAKETIME=+0 x0.25", "FAKETIME_DONT_FAKE_MONOTONIC=0",
+                 "DONT_FAKE_MONOTONIC=0", "FAKETIME_TIMESTAMP_FILE="});
+        fault.record.pid = w.pid();  // the skewed process (its clock shows the skew: checker)
+        fault.heal_at += settings_.ttl * 5;
+        break;
       }
-      std::erase(scheduled_, std::string("failover"));
-      fault.heal_at = Clock::now() + settings_.ttl * 2;
-    } else if (kind == "minority-stall") {
-      // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
-      // back. Resumed 1.5 TTL later.
-      // Evidence (checker): a probe after the pause goes unanswered, one after the resume is
-      // answered.
-      const HostPort& victim = servers_[record.faults.size() % servers_.size()];
-      fault.record.took_effect = control_.run({"pause", std::to_string(victim.port)});
-      if (fault.record.took_effect) {
-        fault.record.probe_during = probe_server(victim, protocol_, probe_deadline());
-      } else {
-        fault.record.note = "the control program's pause failed";
+      case Fault::kJump: {
+        // The wall clock of one worker steps back 30 s (as an NTP step would); CLOCK_MONOTONIC
+        // does not move. fencelock must not care (Redis FIFO tickets use the wall clock: fairness
+        // may suffer, never safety).
+        fault.jumped_worker = pick();
+        hit(*fault.jumped_worker);
+        (void)cli::replace_file(clock_file(*fault.jumped_worker), "-30s\n");
+        fault.heal_at += settings_.ttl * 2;
+        break;
       }
-      fault.resume_server = victim;
-      fault.heal_at += settings_.ttl * 3 / 2;
-    } else if (kind == "admin-delete") {
-      // The lock taken away behind a holder's back, as an operator would; the holder must learn
-      // within a renewal period (checker).
-      // Evidence (checker): the lock is inspected just before and just after, so that a delete
-      // its holder never learns of still shows.
-      if (auto inside = long_holder()) hit(*inside);
-      std::tie(fault.record.holder_before, fault.record.token_before) = holder_now();
-      fault.record.at = monotonic_now();
-      fault.record.took_effect = control_.run({"admin-delete", admin_kind(uri_), settings_.key});
-      // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
-      // can lose its key too: the delete is over when the program returns.
-      fault.record.done_at = monotonic_now();
-      fault.record.inspected_at = monotonic_now();
-      std::tie(fault.record.holder_after, fault.record.token_after) = holder_now();
-      if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
-      fault.heal_at += settings_.ttl;
-    } else if (kind == "latency") {
-      for (auto& p : proxies_) p->set_fault(NetworkFault::kLatency, milliseconds(100));
-      fault.heal_at += settings_.ttl;
-    } else if (kind == "drop") {
-      for (auto& p : proxies_) p->set_fault(NetworkFault::kDrop);
-      fault.heal_at += milliseconds(300);
-    } else if (kind == "cancel-race") {
-      // Waits that time out or are cancelled about when a holder releases (worker.h); a grant
-      // that races them must leave nothing held (RunRecord::left_held).
-      for (auto& w : workers_) w->signal(SIGUSR1);
-      fault.racing = true;
-      fault.heal_at += settings_.ttl * 2;
-    } else if (kind == "evict") {
-      // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
-      // evicts keys, fencelock's among them if its policy allows it.
-      // Evidence (checker): INFO before and after the fill shows keys evicted, or a server
-      // that the fill took from within its maxmemory to above it.
-      std::vector<std::optional<RedisMemory>> before;
-      for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
-      fault.record.took_effect = true;
-      for (const HostPort& server : servers_) {
-        fault.record.took_effect &= control_.run({"fill", std::to_string(server.port)});
+      case Fault::kServerKill: {
+        // One server at a time (a minority of a cluster), crashed and restarted one TTL later.
+        // Evidence (checker): the port refuses connections after the kill (polled a moment, for
+        // a server that takes that long to go) and answers again after the restart.
+        const HostPort& victim = servers_[record.faults.size() % servers_.size()];
+        fault.record.took_effect = control_.run({"kill", std::to_string(victim.port)});
+        if (fault.record.took_effect) {
+          fault.record.probe_during = probe_until(victim, protocol_, ProbeResult::kRefused,
+                                                  probe_deadline(), milliseconds(1000));
+        } else {
+          fault.record.note = "the control program's kill failed";
+        }
+        fault.restart_server = victim;
+        fault.heal_at += settings_.ttl;
+        break;
       }
-      if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
-      for (std::size_t i = 0; i < servers_.size(); ++i) {
-        const std::optional<RedisMemory> after = memory_of(servers_[i], fault.record);
-        if (!after || !before[i]) continue;
-        fault.record.filled_up |= after->maxmemory > 0 &&
-                                  before[i]->used_memory <= before[i]->maxmemory &&
-                                  after->used_memory > after->maxmemory;
-        fault.record.evicted_before =
-            std::max<std::int64_t>(fault.record.evicted_before, 0) + before[i]->evicted_keys;
-        fault.record.evicted_after =
-            std::max<std::int64_t>(fault.record.evicted_after, 0) + after->evicted_keys;
+      case Fault::kFailover: {
+        // The primary (the URI's first host) crashed after 4 TTL of stalled replication and its
+        // standby promoted (PROGRAM failover PORT LAG): with asynchronous replication the standby
+        // lacks the commits of the stall. A lost commit shows as a repeated token only when the
+        // workers drew more tokens in the stall than a PostgreSQL sequence logs ahead (32): each
+        // grant draws one (lease mode draws none for a refused attempt), so 4 TTL must hold more
+        // than 32 grants (a TTL of 6 s at a few grants a second). Once per run: the old primary
+        // stays down.
+        const HostPort& primary = servers_.front();
+        const bool failed_over = control_.run(
+            {"failover", std::to_string(primary.port),
+             fmt::format("{:.3f}", std::chrono::duration<double>(settings_.ttl * 4).count())});
+        fault.record.done_at = monotonic_now();  // `at`: when replication stalled
+        fault.record.took_effect = failed_over;
+        if (failed_over) {
+          // Evidence (checker): the old primary refuses connections, its standby answers.
+          fault.record.probe_during = probe_until(primary, protocol_, ProbeResult::kRefused,
+                                                  probe_deadline(), milliseconds(1000));
+          fault.record.probe_after =
+              servers_.size() < 2 ? ProbeResult::kUnknown
+                                  : probe_until(servers_[1], protocol_, ProbeResult::kAnswered,
+                                                probe_deadline(), answer_limit());
+        } else {
+          fault.record.note = "the control program's failover failed";
+        }
+        std::erase(scheduled_, &spec);
+        fault.heal_at = Clock::now() + settings_.ttl * 2;
+        break;
       }
-      fault.heal_at += settings_.ttl;
-    } else if (kind == "delay-one") {
-      // One chunk on one connection to one server held for 1.5 TTL, in turn a request (a
-      // release, a renewal) and a reply: it arrives after later commands of other clients.
-      const std::size_t n = record.faults.size();
-      proxies_[n % proxies_.size()]->set_fault(
-          n % 2 == 0 ? NetworkFault::kDelayOneRequest : NetworkFault::kDelayOneReply,
-          settings_.ttl * 3 / 2);
-      fault.heal_at += settings_.ttl * 2;
-    } else if (kind == "partition") {
-      // A minority: (n - 1) / 2 of n servers, or the only one.
-      const std::size_t cut = proxies_.size() == 1 ? 1 : (proxies_.size() - 1) / 2;
-      for (std::size_t i = 0; i < cut; ++i)
-        proxies_[(record.faults.size() + i) % proxies_.size()]->set_fault(NetworkFault::kBlackhole);
-      fault.heal_at += settings_.ttl * 3 / 2;
+      case Fault::kMinorityStall: {
+        // One server at a time stops answering (SIGSTOP): connections stay open, nothing comes
+        // back. Resumed 1.5 TTL later.
+        // Evidence (checker): a probe after the pause goes unanswered, one after the resume is
+        // answered.
+        const HostPort& victim = servers_[record.faults.size() % servers_.size()];
+        fault.record.took_effect = control_.run({"pause", std::to_string(victim.port)});
+        if (fault.record.took_effect) {
+          fault.record.probe_during = probe_server(victim, protocol_, probe_deadline());
+        } else {
+          fault.record.note = "the control program's pause failed";
+        }
+        fault.resume_server = victim;
+        fault.heal_at += settings_.ttl * 3 / 2;
+        break;
+      }
+      case Fault::kAdminDelete: {
+        // The lock taken away behind a holder's back, as an operator would; the holder must learn
+        // within a renewal period (checker).
+        // Evidence (checker): the lock is inspected just before and just after, so that a delete
+        // its holder never learns of still shows.
+        if (auto inside = long_holder()) hit(*inside);
+        std::tie(fault.record.holder_before, fault.record.token_before) = holder_now();
+        fault.record.at = monotonic_now();
+        fault.record.took_effect = control_.run({"admin-delete", admin_kind(uri_), settings_.key});
+        // Deleting a lock's keys one by one (etcd) takes a while, and a lease granted meanwhile
+        // can lose its key too: the delete is over when the program returns.
+        fault.record.done_at = monotonic_now();
+        fault.record.inspected_at = monotonic_now();
+        std::tie(fault.record.holder_after, fault.record.token_after) = holder_now();
+        if (!fault.record.took_effect) fault.record.note = "the control program's delete failed";
+        fault.heal_at += settings_.ttl;
+        break;
+      }
+      case Fault::kLatency: {
+        for (auto& p : proxies_) p->set_fault(NetworkFault::kLatency, milliseconds(100));
+        fault.heal_at += settings_.ttl;
+        break;
+      }
+      case Fault::kDrop: {
+        for (auto& p : proxies_) p->set_fault(NetworkFault::kDrop);
+        fault.heal_at += milliseconds(300);
+        break;
+      }
+      case Fault::kCancelRace: {
+        // Waits that time out or are cancelled about when a holder releases (worker.h); a grant
+        // that races them must leave nothing held (RunRecord::left_held).
+        for (auto& w : workers_) w->signal(SIGUSR1);
+        fault.racing = true;
+        fault.heal_at += settings_.ttl * 2;
+        break;
+      }
+      case Fault::kEvict: {
+        // Memory pressure on every server (PROGRAM fill PORT): a server with an evicting policy
+        // evicts keys, fencelock's among them if its policy allows it.
+        // Evidence (checker): INFO before and after the fill shows keys evicted, or a server
+        // that the fill took from within its maxmemory to above it.
+        std::vector<std::optional<RedisMemory>> before;
+        for (const HostPort& server : servers_) before.push_back(memory_of(server, fault.record));
+        fault.record.took_effect = true;
+        for (const HostPort& server : servers_) {
+          fault.record.took_effect &= control_.run({"fill", std::to_string(server.port)});
+        }
+        if (!fault.record.took_effect) fault.record.note = "the control program's fill failed";
+        for (std::size_t i = 0; i < servers_.size(); ++i) {
+          const std::optional<RedisMemory> after = memory_of(servers_[i], fault.record);
+          if (!after || !before[i]) continue;
+          fault.record.filled_up |= after->maxmemory > 0 &&
+                                    before[i]->used_memory <= before[i]->maxmemory &&
+                                    after->used_memory > after->maxmemory;
+          fault.record.evicted_before =
+              std::max<std::int64_t>(fault.record.evicted_before, 0) + before[i]->evicted_keys;
+          fault.record.evicted_after =
+              std::max<std::int64_t>(fault.record.evicted_after, 0) + after->evicted_keys;
+        }
+        fault.heal_at += settings_.ttl;
+        break;
+      }
+      case Fault::kDelayOne: {
+        // One chunk on one connection to one server held for 1.5 TTL, in turn a request (a
+        // release, a renewal) and a reply: it arrives after later commands of other clients.
+        const std::size_t n = record.faults.size();
+        proxies_[n % proxies_.size()]->set_fault(
+            n % 2 == 0 ? NetworkFault::kDelayOneRequest : NetworkFault::kDelayOneReply,
+            settings_.ttl * 3 / 2);
+        fault.heal_at += settings_.ttl * 2;
+        break;
+      }
+      case Fault::kPartition: {
+        // A minority: (n - 1) / 2 of n servers, or the only one.
+        const std::size_t cut = proxies_.size() == 1 ? 1 : (proxies_.size() - 1) / 2;
+        for (std::size_t i = 0; i < cut; ++i)
+          proxies_[(record.faults.size() + i) % proxies_.size()]->set_fault(
+              NetworkFault::kBlackhole);
+        fault.heal_at += settings_.ttl * 3 / 2;
+        break;
+      }
+      case Fault::kManyLeases:  // a condition of the run, never scheduled
+        break;
     }
     return fault;
   }
@@ -571,8 +607,7 @@ class Orchestrator {
       record.pauses.push_back({*fault.paused_worker, fault.record.at, monotonic_now()});
     }
     for (auto& p : proxies_) p->set_fault(NetworkFault::kNone);
-    if (fault.record.kind == "latency" || fault.record.kind == "drop" ||
-        fault.record.kind == "partition" || fault.record.kind == "delay-one") {
+    if (find_fault(fault.record.kind)->through_proxy) {
       const std::uint64_t acted = proxy_actions() - fault.proxy_actions_before;
       fault.record.took_effect = acted > 0;
       if (acted == 0) fault.record.note = "no connection was delayed, reset or frozen";
@@ -652,9 +687,9 @@ class Orchestrator {
 
   RunSettings settings_;
   std::string dir_;
-  std::string uri_;                     // the backend as given (no proxies)
-  std::vector<std::string> scheduled_;  // the fault kinds injected in turn
-  bool extras_ready_ = false;           // many-leases: every worker holds its extra leases
+  std::string uri_;                          // the backend as given (no proxies)
+  std::vector<const FaultSpec*> scheduled_;  // the fault kinds injected in turn
+  bool extras_ready_ = false;                // many-leases: every worker holds its extra leases
   std::string worker_uri_;
   std::unique_ptr<SharedRegister> reg_;
   std::string faketime_;  // libfaketime's path when clock faults are asked for
@@ -668,13 +703,7 @@ class Orchestrator {
 
 }  // namespace
 
-bool known_fault(const std::string& kind) {
-  for (const char* k : {"pause", "kill", "latency", "drop", "partition", "skew", "jump",
-                        "server-kill", "minority-stall", "admin-delete", "many-leases", "delay-one",
-                        "evict", "cancel-race", "failover"})
-    if (kind == k) return true;
-  return false;
-}
+bool known_fault(const std::string& kind) { return find_fault(kind) != nullptr; }
 
 RunRecord run_torture(const RunSettings& settings, const std::string& uri, const std::string& dir,
                       const std::function<void(const RunRecord&, double)>& progress,

@@ -23,6 +23,7 @@
 #include "progress.h"
 #include "reporter.h"
 #include "torture/checker.h"
+#include "torture/faults.h"
 #include "torture/orchestrator.h"
 
 namespace fencelock::cli {
@@ -68,10 +69,7 @@ Result<RunSettings> parse(const TortureArgs& args) {
     if (fault.empty() || fault == "none") continue;
     if (!known_fault(fault)) {
       return Status(Code::kInvalidArgument,
-                    fmt::format("unknown fault '{}' (pause, kill, latency, drop, partition, skew, "
-                                "jump, server-kill, minority-stall, admin-delete, many-leases, "
-                                "delay-one, evict, cancel-race, failover)",
-                                fault));
+                    fmt::format("unknown fault '{}' ({})", fault, fault_names()));
     }
     s.faults.push_back(fault);
   }

@@ -1,0 +1,1 @@
+ALTER TABLE fencelock_leases ADD COLUMN IF NOT EXISTS released jsonb
