@@ -3,14 +3,14 @@
 // The Client owns the contract of fencelock/client.h (local queue, renewal, lost signalling);
 // a Backend only speaks its protocol. Every method is blocking and safe to call from several
 // threads at once. What only some backends offer is a capability (ReleaseEvents, ServerQueue,
-// BatchedTries, GuardedWrites, ElectionBackend) that the Backend hands out, or nullptr.
-// Every call that may wait on a server takes a deadline (list: ListBounds::deadline; observe,
-// which runs until stopped: a stop token) and returns by it, whatever the servers do: a backend
-// may end sooner by its own bounds (ClientOptions::io_timeout per request, a share of the TTL),
-// never later. (One exception: a PostgreSQL advisory session's health check, once started, gets
-// its io_timeout, since one cut short would close the session and every lock on it; none starts
-// past the deadline.) The callers in the core give a call that is one request now + io_timeout, and
-// an acquisition its own deadline.
+// BatchedTries, BatchedReleases, GuardedWrites, ElectionBackend) that the Backend hands out, or
+// nullptr. Every call that may wait on a server takes a deadline (list: ListBounds::deadline;
+// observe, which runs until stopped: a stop token) and returns by it, whatever the servers do: a
+// backend may end sooner by its own bounds (ClientOptions::io_timeout per request, a share of the
+// TTL), never later. (One exception: a PostgreSQL advisory session's health check, once started,
+// gets its io_timeout, since one cut short would close the session and every lock on it; none
+// starts past the deadline.) The callers in the core give a call that is one request now +
+// io_timeout, and an acquisition its own deadline.
 #pragma once
 
 #include <chrono>
@@ -202,6 +202,25 @@ class BatchedTries {
   virtual bool batches_tries(milliseconds ttl) const = 0;
 };
 
+// A grant to release: Backend::release_grant's arguments.
+struct ReleaseRequest {
+  LockKey key;
+  OwnerId owner;
+  std::string backend_key;
+  milliseconds ttl;
+};
+
+// Releases sent together: the asynchronous engine gathers the releases that come due at once
+// (Lease::release_async) and sends them through release_many (one write per server).
+class BatchedReleases {
+ public:
+  virtual ~BatchedReleases() = default;
+  // One status per request, in order, each as Backend::release_grant would give it, and each
+  // within `budget` of the moment it is sent.
+  virtual std::vector<Status> release_many(std::span<const ReleaseRequest> requests,
+                                           milliseconds budget) = 0;
+};
+
 // Writes guarded by the holder's grant, checked by the lock's own server (etcd_fenced_put).
 class GuardedWrites {
  public:
@@ -250,6 +269,7 @@ class Backend {
   virtual ReleaseEvents* release_events() { return nullptr; }
   virtual ServerQueue* server_queue() { return nullptr; }
   virtual BatchedTries* batched_tries() { return nullptr; }
+  virtual BatchedReleases* batched_releases() { return nullptr; }
   virtual GuardedWrites* guarded_writes() { return nullptr; }
   virtual ElectionBackend* elections() { return nullptr; }
 

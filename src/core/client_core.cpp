@@ -242,13 +242,40 @@ Status ClientCore::release(LeaseState& lease, Clock::time_point deadline) {
   const Clock::time_point start = Clock::now();
   Status status =
       backend_->release_grant(lease.key, lease.owner, lease.backend_key, lease.ttl, deadline);
-  metrics_.record_release(status.code(), Clock::now() - start);
+  released(lease, status, Clock::now() - start);
+  return status;
+}
+
+void ClientCore::release_async(const std::shared_ptr<ClientCore>& self,
+                               std::shared_ptr<LeaseState> lease,
+                               std::function<void(Status)> done) {
+  renewer_.remove(lease.get());
+  forget_held(*lease);
+  lease->mark_lost();  // stop the holder's work before anyone else can be granted
+  const Clock::time_point start = Clock::now();
+  if (backend_->batched_releases() == nullptr) {
+    // Each release a task of its own: the engine's threads send them side by side.
+    engine().post([self, lease = std::move(lease), done = std::move(done)] {
+      done(self->release(*lease, Clock::now() + self->options().io_timeout));
+    });
+    return;
+  }
+  ReleaseItem item{ReleaseRequest{lease->key, lease->owner, lease->backend_key, lease->ttl},
+                   options_.io_timeout};
+  releases_.submit(std::move(item),
+                   [self, lease = std::move(lease), start, done = std::move(done)](Status status) {
+                     self->released(*lease, status, Clock::now() - start);
+                     done(std::move(status));
+                   });
+}
+
+void ClientCore::released(const LeaseState& lease, const Status& status, Clock::duration took) {
+  metrics_.record_release(status.code(), took);
   if (!status.ok()) {
     detail::log(LogLevel::kInfo,
                 "release of '{}' (token {}, owner {}) failed: {}; it expires by its TTL",
                 lease.key.str(), lease.token.value(), lease.owner.short_hex(), status.to_string());
   }
-  return status;
 }
 
 }  // namespace fencelock::detail

@@ -82,6 +82,13 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // Stops renewal, fires lost(), then compare-and-deletes on the servers before `deadline`.
   // Recorded in metrics(); a failure is logged (kInfo).
   Status release(LeaseState& lease, Clock::time_point deadline);
+  // release() without blocking: stops renewal and fires lost() now, then hands the release to
+  // the engine: through the Client's ReleaseBatcher where the backend has BatchedReleases
+  // (releases that come due together go out as one call, within io_timeout of being sent), else
+  // as a task of its own. `done` runs on the engine with its status, after the metrics and the
+  // log. REQUIRES: `self` is this core (kept alive until `done` has run).
+  void release_async(const std::shared_ptr<ClientCore>& self, std::shared_ptr<LeaseState> lease,
+                     std::function<void(Status)> done);
   // The Lease of `lease` is gone without a release (release_timeout 0): its key no longer counts
   // as held by this Client in kLocked messages.
   void forget_held(const LeaseState& lease);
@@ -98,6 +105,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
  private:
   Status validate(const AcquireOptions& options) const;
+  // A release's metrics and, when it failed, its log line.
+  void released(const LeaseState& lease, const Status& status, Clock::duration took);
   Result<std::shared_ptr<LeaseState>> acquire_unrecorded(const LockKey& key,
                                                          const AcquireOptions& options,
                                                          bool campaign, bool& contended);
@@ -132,6 +141,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::condition_variable_any callbacks_done_;
   int callbacks_running_ FENCELOCK_GUARDED_BY(callbacks_mu_) = 0;
   TryBatcher tries_{*backend_, [this]() -> Engine& { return engine(); }};
+  ReleaseBatcher releases_{*backend_, [this]() -> Engine& { return engine(); }};
   // Last: it goes first, before anything its tasks use.
   std::unique_ptr<Engine> engine_;
 };

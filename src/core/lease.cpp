@@ -75,12 +75,9 @@ void Lease::release_async(std::function<void(Status)> done) {
         });
     return;
   }
-  // The holder's work stops now, before this call returns (ClientCore::release repeats these).
-  core->renewer().remove(state_.get());
-  core->forget_held(*state_);
-  state_->mark_lost();
-  engine.post([core, state = state_, done = std::move(done)] {
-    Status status = core->release(*state, detail::Clock::now() + core->options().io_timeout);
+  // The holder's work stops now, before this call returns; the release goes out with the others
+  // that come due together (ClientCore::release_async).
+  core->release_async(core, state_, [core, state = state_, done = std::move(done)](Status status) {
     {
       detail::MutexLock lock(state->release_mu);
       state->release_status = status;

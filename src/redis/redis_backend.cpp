@@ -66,7 +66,10 @@ struct Round1 {
   std::vector<std::pair<std::size_t, std::string>> error_replies;
 };
 
-class RedlockBackend final : public Backend, public ReleaseEvents, public BatchedTries {
+class RedlockBackend final : public Backend,
+                             public ReleaseEvents,
+                             public BatchedTries,
+                             public BatchedReleases {
  public:
   RedlockBackend(const std::vector<ConnectSpec>& specs, ClientOptions options,
                  std::string description, std::size_t renew_batch)
@@ -96,6 +99,7 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
 
   ReleaseEvents* release_events() override { return this; }
   BatchedTries* batched_tries() override { return this; }
+  BatchedReleases* batched_releases() override { return this; }
 
   milliseconds min_ttl() const override { return milliseconds(10); }
 
@@ -149,28 +153,14 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
         for (const Attempt& attempt : attempts) call.commands.push_back(&attempt.command);
       }
       fan_out(calls, io_deadline, majority_then_grace(shortest));
-      // Member m's part of each instance's pipeline: its reply, or why there is none.
-      std::vector<std::vector<InstanceCall>> own(members.size());
+      std::vector<std::vector<InstanceCall>> own = split_pipelines(calls);
       std::vector<std::size_t> granted_first, others;
       for (std::size_t m = 0; m < members.size(); ++m) {
-        own[m].resize(calls.size());
         int grants = 0;
-        for (std::size_t c = 0; c < calls.size(); ++c) {
-          InstanceCall& part = own[m][c];
-          part.instance = calls[c].instance;
-          part.commands.push_back(&attempts[m].command);
-          part.sent = calls[c].sent;
-          if (m < calls[c].replies.size()) {
-            part.replies.push_back(std::move(calls[c].replies[m]));
-            const auto answer = interpret_acquire_reply(*part.replies[0]);
-            if (answer && answer->granted) grants++;
-          } else {
-            part.error =
-                calls[c].error.ok()
-                    ? Status(Code::kDeadlineExceeded,
-                             fmt::format("{}: no reply in time", calls[c].instance->address()))
-                    : calls[c].error;
-          }
+        for (const InstanceCall& part : own[m]) {
+          if (part.replies.empty()) continue;
+          const auto answer = interpret_acquire_reply(*part.replies[0]);
+          if (answer && answer->granted) grants++;
         }
         (has_quorum(grants, n()) ? granted_first : others).push_back(m);
       }
@@ -183,6 +173,61 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
     std::vector<TryResult> out;
     out.reserve(results.size());
     for (auto& result : results) out.push_back(std::move(*result));
+    return out;
+  }
+
+  // Command m's part of each instance's pipeline (`calls`, the same commands to every
+  // instance): its reply, or why there is none. Moves the replies out of `calls`.
+  static std::vector<std::vector<InstanceCall>> split_pipelines(std::vector<InstanceCall>& calls) {
+    const std::size_t commands = calls.empty() ? 0 : calls.front().commands.size();
+    std::vector<std::vector<InstanceCall>> own(commands);
+    for (std::size_t m = 0; m < commands; ++m) {
+      own[m].resize(calls.size());
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        InstanceCall& part = own[m][c];
+        part.instance = calls[c].instance;
+        part.commands.push_back(calls[c].commands[m]);
+        part.sent = calls[c].sent;
+        if (m < calls[c].replies.size()) {
+          part.replies.push_back(std::move(calls[c].replies[m]));
+        } else {
+          part.error =
+              calls[c].error.ok()
+                  ? Status(Code::kDeadlineExceeded,
+                           fmt::format("{}: no reply in time", calls[c].instance->address()))
+                  : calls[c].error;
+        }
+      }
+    }
+    return own;
+  }
+
+  // Every release in one pipeline per instance (one write for all of them), each concluded as
+  // release_grant concludes its own.
+  std::vector<Status> release_many(std::span<const ReleaseRequest> requests,
+                                   milliseconds budget) override {
+    std::vector<std::string> commands;
+    commands.reserve(requests.size());
+    for (const ReleaseRequest& r : requests) {
+      commands.push_back(release_command(r.key.str(), r.owner, r.backend_key,
+                                         /*leave_queue=*/true, tombstone_life(r.ttl)));
+    }
+    std::vector<InstanceCall> calls = calls_to_all(nullptr);
+    for (auto& call : calls) {
+      for (const std::string& command : commands) call.commands.push_back(&command);
+    }
+    if (!requests.empty()) {
+      fan_out(calls, deadline_after(Clock::now(), budget), majority_then_grace(milliseconds(2000)));
+    }
+    std::vector<std::vector<InstanceCall>> own = split_pipelines(calls);
+    std::vector<Status> out;
+    out.reserve(requests.size());
+    for (std::size_t m = 0; m < requests.size(); ++m) {
+      const ReleaseRequest& r = requests[m];
+      out.push_back(conclude_release(r.key.str(), r.backend_key, commands[m],
+                                     /*leave_queue=*/true, tombstone_life(r.ttl), own[m],
+                                     /*only=*/false));
+    }
     return out;
   }
 
@@ -458,6 +503,15 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
       }
     }
     fan_out(calls, deadline, majority_then_grace(milliseconds(2000)));
+    return conclude_release(k, value, cmd, leave_queue, tombstone, calls, !only.empty());
+  }
+
+  // What the release `cmd` of `value` of lock `k` did on the instances of `calls` (fanned out;
+  // those without commands were not asked): OK when a majority answered (`only`: every one
+  // asked); the instances that did not answer owe it (the finisher sends it again).
+  Status conclude_release(const std::string& k, const std::string& value, const std::string& cmd,
+                          bool leave_queue, milliseconds tombstone,
+                          std::vector<InstanceCall>& calls, bool only) {
     int answered = 0;
     int sent = 0;
     std::vector<Instance*> owing;
@@ -500,11 +554,11 @@ class RedlockBackend final : public Backend, public ReleaseEvents, public Batche
     // Released on a majority: no later grant can be blocked by us for long (the rest expire by
     // TTL). A dead minority is not worth an error on every release. Releasing an attempt on
     // chosen instances (`only`): every one of them.
-    if (only.empty() ? has_quorum(answered, n()) : answered == sent) return Status::Ok();
+    if (!only ? has_quorum(answered, n()) : answered == sent) return Status::Ok();
     return Status(Code::kUnavailable,
                   fmt::format("released on {} of {} Redis instances; elsewhere the lock expires by "
                               "its TTL ({})",
-                              answered, only.empty() ? n() : sent, problems));
+                              answered, !only ? n() : sent, problems));
   }
 
   Result<std::optional<HolderRow>> inspect(const LockKey& key,

@@ -402,6 +402,78 @@ TEST(RedisBatchedTries, OneBatchGrantsTheFreeKeysReportsTheHeldOnesAndOutlastsAS
   EXPECT_TRUE(results[2].grant.has_value()) << results[2].status.to_string();
 }
 
+// Lease::release_async's releases that come due together go out as one batch: one pipeline of
+// release scripts per instance. Each still gets its own outcome, as release_grant would give it:
+// a grant is deleted everywhere, a value that no longer holds leaves the new holder's lock alone,
+// and a stopped minority neither fails the batch nor keeps the keys there once it is back.
+TEST(RedisBatchedReleases, OneBatchReleasesEachGrantAloneAndOutlastsAStoppedMinority) {
+  auto cluster = RedisCluster::start(3);
+  auto parsed = detail::parse_uri(cluster->redlock_uri(), 6379);
+  ASSERT_TRUE(parsed.ok());
+  auto backend = detail::make_redis_backend(*parsed, ClientOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status().to_string();
+  detail::BatchedReleases* batched = (*backend)->batched_releases();
+  ASSERT_NE(batched, nullptr);
+  const std::string metadata;
+  auto grant_all = [&](const std::vector<LockKey>& keys, std::vector<OwnerId>& owners) {
+    std::vector<detail::ReleaseRequest> requests;
+    owners.clear();
+    for (const LockKey& k : keys) {
+      owners.push_back(OwnerId::random());
+      auto granted = (*backend)->try_acquire(detail::GrantRequest{k, owners.back(), 30s, metadata},
+                                             Clock::now() + 5s);
+      EXPECT_TRUE(granted.grant.has_value()) << granted.status.to_string();
+      if (!granted.grant) return requests;
+      requests.push_back(detail::ReleaseRequest{k, owners.back(), granted.grant->backend_key, 30s});
+    }
+    return requests;
+  };
+  const std::vector<LockKey> keys = {key("rel/a"), key("rel/b"), key("rel/c")};
+  std::vector<OwnerId> owners;
+  auto requests = grant_all(keys, owners);
+  ASSERT_EQ(requests.size(), 3u);
+  // rel/b changed hands meanwhile: its request names a value that no longer holds.
+  const std::string stale = requests[1].backend_key;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ((*cluster)[i].command({"SET", lock_key("rel/b"), "someone-else", "PX", "30000"}),
+              "OK");
+  }
+  auto statuses = batched->release_many(requests, 5s);
+  ASSERT_EQ(statuses.size(), 3u);
+  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*cluster)[i].command({"EXISTS", lock_key("rel/a")}), "0") << "instance " << i;
+    EXPECT_EQ((*cluster)[i].command({"EXISTS", lock_key("rel/c")}), "0") << "instance " << i;
+    EXPECT_EQ((*cluster)[i].command({"GET", lock_key("rel/b")}), "someone-else")
+        << "a release of " << stale << " deleted another holder's lock";
+  }
+  // One instance stopped: the majority's answers decide every release, within the budget; the
+  // stopped one gets them again once it is back (the finisher), so no key outlives its release
+  // there for its TTL.
+  const std::vector<LockKey> more = {key("rel/d"), key("rel/e")};
+  requests = grant_all(more, owners);
+  ASSERT_EQ(requests.size(), 2u);
+  (*cluster)[2].pause();
+  const auto sent = Clock::now();
+  statuses = batched->release_many(requests, 2s);
+  const auto took = Clock::now() - sent;
+  (*cluster)[2].resume();
+  ASSERT_EQ(statuses.size(), 2u);
+  for (const Status& st : statuses) EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_LT(took, 2s + 500ms) << "the batch outlasted its budget";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ((*cluster)[i].command({"EXISTS", lock_key("rel/d")}), "0");
+    EXPECT_EQ((*cluster)[i].command({"EXISTS", lock_key("rel/e")}), "0");
+  }
+  EXPECT_TRUE(eventually(
+      [&] {
+        return (*cluster)[2].command({"EXISTS", lock_key("rel/d")}) == "0" &&
+               (*cluster)[2].command({"EXISTS", lock_key("rel/e")}) == "0";
+      },
+      20s))
+      << "the stopped instance kept the released keys";
+}
+
 // Fencing counters carry no TTL but live in the keyspace: an evicting Redis can drop them and
 // tokens repeat (1, 2, ... 14, then 1 again). connect() refuses allkeys-* policies unless the URI
 // accepts the risk; volatile-* and noeviction never evict a key without a TTL.

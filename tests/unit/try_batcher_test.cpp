@@ -1,5 +1,5 @@
-// TryBatcher: tries that come due while a batch runs go to the backend together, in order, and
-// each caller hears its own outcome once.
+// TryBatcher and ReleaseBatcher: calls that come due while a batch runs go to the backend
+// together, in order, and each caller hears its own outcome once.
 #include "core/try_batcher.h"
 
 #include <gtest/gtest.h>
@@ -199,6 +199,148 @@ TEST(TryBatcher, ABatchTakesAtMostMaxBatchTriesAndTheRestFollow) {
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[1].size(), TryBatcher::kMaxBatch);
   EXPECT_EQ(batches[2].size(), 9u);
+}
+
+// Records every call: a release_many batch, or a release_grant as a batch of one (`singles`
+// counts those). Each release is answered with kUnavailable when its TTL is odd, so each caller
+// can tell its own answer; the first call blocks until let go.
+class ReleaseRecordingBackend final : public testing::StubBackend, public BatchedReleases {
+ public:
+  explicit ReleaseRecordingBackend(bool batches) : batches_releases_(batches) {}
+  BatchedReleases* batched_releases() override { return batches_releases_ ? this : nullptr; }
+  std::vector<Status> release_many(std::span<const ReleaseRequest> requests,
+                                   milliseconds budget) override {
+    std::vector<std::string> keys;
+    for (const ReleaseRequest& r : requests) keys.push_back(r.key.str());
+    record(keys, budget);
+    std::vector<Status> out;
+    for (const ReleaseRequest& r : requests) out.push_back(outcome(r.ttl));
+    return out;
+  }
+  Status release_grant(const LockKey& key, const OwnerId&, const std::string&, milliseconds ttl,
+                       Clock::time_point deadline) override {
+    singles_++;
+    record({key.str()},
+           std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now()));
+    return outcome(ttl);
+  }
+  static Status outcome(milliseconds ttl) {
+    return ttl.count() % 2 == 1 ? Status(Code::kUnavailable, "odd") : Status::Ok();
+  }
+
+  bool wait_for_batches(std::size_t n) {
+    MutexLock lock(mu_);
+    return changed_.wait_for(lock, kEventBound,
+                             [&]() FENCELOCK_REQUIRES(mu_) { return batches_.size() >= n; });
+  }
+  void let_go() {
+    MutexLock lock(mu_);
+    let_go_ = true;
+    changed_.notify_all();
+  }
+  std::vector<std::vector<std::string>> batches() const {
+    MutexLock lock(mu_);
+    return batches_;
+  }
+  std::vector<milliseconds> budgets() const {
+    MutexLock lock(mu_);
+    return budgets_;
+  }
+  int singles() const { return singles_.load(); }
+
+ private:
+  void record(std::vector<std::string> keys, milliseconds budget) {
+    MutexLock lock(mu_);
+    batches_.push_back(std::move(keys));
+    budgets_.push_back(budget);
+    changed_.notify_all();
+    if (batches_.size() == 1) {
+      changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) { return let_go_; });
+    }
+  }
+
+  const bool batches_releases_;
+  mutable Mutex mu_;
+  std::condition_variable_any changed_;
+  std::vector<std::vector<std::string>> batches_ FENCELOCK_GUARDED_BY(mu_);
+  std::vector<milliseconds> budgets_ FENCELOCK_GUARDED_BY(mu_);
+  bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
+  std::atomic<int> singles_{0};
+};
+
+// Release i: key "r<i>", TTL 1000 + i ms (odd i: kUnavailable), budget 2 s - i ms.
+ReleaseItem release_item(int i) {
+  return ReleaseItem{ReleaseRequest{*LockKey::make("r" + std::to_string(i)), OwnerId::random(),
+                                    "value" + std::to_string(i), milliseconds(1000 + i)},
+                     2s - milliseconds(i)};
+}
+
+TEST(ReleaseBatcher, ReleasesThatComeDueDuringABatchGoTogetherAndEachHearsItsOwnStatus) {
+  ReleaseRecordingBackend backend(/*batches=*/true);
+  Engine engine(2);
+  ReleaseBatcher batcher(backend, [&]() -> Engine& { return engine; });
+  constexpr int kReleases = 20;
+  Mutex mu;
+  std::condition_variable_any answered;
+  std::vector<int> answers(kReleases, 0);
+  std::vector<Code> codes(kReleases, Code::kOk);
+  int total = 0;
+  auto submit = [&](int i) {
+    batcher.submit(release_item(i), [&, i](const Status& status) {
+      MutexLock lock(mu);
+      answers[static_cast<std::size_t>(i)]++;
+      codes[static_cast<std::size_t>(i)] = status.code();
+      total++;
+      answered.notify_all();
+    });
+  };
+  submit(0);
+  ASSERT_TRUE(backend.wait_for_batches(1));
+  for (int i = 1; i < kReleases; ++i) submit(i);
+  backend.let_go();
+  {
+    MutexLock lock(mu);
+    ASSERT_TRUE(answered.wait_for(lock, kEventBound, [&] { return total == kReleases; }));
+  }
+  // The first release went alone: through release_grant, as a lone release would.
+  EXPECT_EQ(backend.singles(), 1);
+  const auto batches = backend.batches();
+  ASSERT_EQ(batches.size(), 2u) << "the waiting releases were not sent as one batch";
+  EXPECT_EQ(batches[0], std::vector<std::string>{"r0"});
+  ASSERT_EQ(batches[1].size(), static_cast<std::size_t>(kReleases - 1));
+  for (int i = 1; i < kReleases; ++i) {
+    EXPECT_EQ(batches[1][static_cast<std::size_t>(i - 1)], "r" + std::to_string(i));
+  }
+  EXPECT_EQ(backend.budgets()[1], 2s - milliseconds(kReleases - 1)) << "the least budget";
+  MutexLock lock(mu);
+  for (int i = 0; i < kReleases; ++i) {
+    EXPECT_EQ(answers[static_cast<std::size_t>(i)], 1) << "release " << i;
+    EXPECT_EQ(codes[static_cast<std::size_t>(i)], i % 2 == 1 ? Code::kUnavailable : Code::kOk)
+        << "release " << i << " heard another's status";
+  }
+}
+
+TEST(ReleaseBatcher, ABackendWithoutBatchedReleasesGetsThemOneByOne) {
+  ReleaseRecordingBackend backend(/*batches=*/false);
+  Engine engine(2);
+  ReleaseBatcher batcher(backend, [&]() -> Engine& { return engine; });
+  constexpr int kReleases = 6;
+  Mutex mu;
+  std::condition_variable_any answered;
+  std::vector<Code> codes;
+  for (int i = 0; i < kReleases; ++i) {
+    batcher.submit(release_item(i), [&](const Status& status) {
+      MutexLock lock(mu);
+      codes.push_back(status.code());
+      answered.notify_all();
+    });
+  }
+  backend.let_go();
+  MutexLock lock(mu);
+  ASSERT_TRUE(answered.wait_for(
+      lock, kEventBound, [&] { return codes.size() == static_cast<std::size_t>(kReleases); }));
+  EXPECT_EQ(backend.singles(), kReleases);
+  EXPECT_EQ(backend.batches().size(), static_cast<std::size_t>(kReleases)) << "one call each";
 }
 
 }  // namespace
