@@ -105,9 +105,9 @@ std::string fault_help() {
   for (const FaultSpec& spec : kSpecs) {
     if (!out.empty()) out += ", ";
     out += spec.name;
-    std::string needs = spec.server_control ? "--server-control" : "";
-    if (!spec.help.empty()) needs = std::string(spec.help) + (needs.empty() ? "" : "; " + needs);
-    if (!needs.empty()) out += " (" + needs + ")";
+    std::string needs(spec.help);
+    if (spec.server_control) needs.append(needs.empty() ? "" : "; ").append("--server-control");
+    if (!needs.empty()) out.append(" (").append(needs).append(")");
   }
   return out;
 }
