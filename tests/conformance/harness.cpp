@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -53,15 +54,18 @@ class RedisHarness final : public Harness {
       most = std::max(most, (*cluster_)[i].command_count("evalsha"));
     return most;
   }
-  // Waiters in the key's wait queue (each remote waiter takes one place).
+  // Waiters in the key's wait queue (each remote waiter takes one place) on every instance: the
+  // least. (The most said "waiting" once one instance had run a waiter's try while the others had
+  // not: a release at that moment could reach the others first and grant that try at once, a
+  // waiter that never waited.)
   long long server_waiters(const std::string& key) override {
-    long long most = 0;
+    long long least = std::numeric_limits<long long>::max();
     for (int i = 0; i < cluster_->size(); ++i) {
-      most = std::max(
-          most,
+      least = std::min(
+          least,
           std::atoll((*cluster_)[i].command({"ZCARD", detail::redis::queue_key(key)}).c_str()));
     }
-    return most;
+    return least;
   }
 
  private:
