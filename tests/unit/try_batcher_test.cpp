@@ -20,31 +20,19 @@ namespace {
 using namespace std::chrono_literals;
 constexpr auto kEventBound = 10s;
 
-// Answers every try with kLocked and retry_after = the try's ticket in ms (so each caller can
-// tell its own answer); the first call blocks until let go.
-class BatchRecordingBackend final : public testing::StubBackend, public BatchedTries {
+// The calls a fake backend received, each as the keys it carried and its budget; the first call
+// blocks until let_go().
+class CallRecorder {
  public:
-  BatchedTries* batched_tries() override { return this; }
-  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
-                                          milliseconds budget) override {
+  void record(std::vector<std::string> keys, milliseconds budget) {
     MutexLock lock(mu_);
-    std::vector<std::string> keys;
-    for (const GrantRequest& r : requests) keys.push_back(r.key.str());
-    batches_.push_back(keys);
+    batches_.push_back(std::move(keys));
     budgets_.push_back(budget);
     changed_.notify_all();
     if (batches_.size() == 1) {
       changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) { return let_go_; });
     }
-    std::vector<TryResult> out;
-    for (const GrantRequest& r : requests) {
-      out.push_back(TryResult{Status(Code::kLocked, "held"), std::nullopt,
-                              milliseconds(static_cast<long long>(r.ticket))});
-    }
-    return out;
   }
-  bool batches_tries(milliseconds) const override { return true; }
-
   bool wait_for_batches(std::size_t n) {
     MutexLock lock(mu_);
     return changed_.wait_for(lock, kEventBound,
@@ -70,6 +58,28 @@ class BatchRecordingBackend final : public testing::StubBackend, public BatchedT
   std::vector<std::vector<std::string>> batches_ FENCELOCK_GUARDED_BY(mu_);
   std::vector<milliseconds> budgets_ FENCELOCK_GUARDED_BY(mu_);
   bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
+};
+
+// Answers every try with kLocked and retry_after = the try's ticket in ms (so each caller can
+// tell its own answer); the first call blocks until let go.
+class BatchRecordingBackend final : public testing::StubBackend,
+                                    public BatchedTries,
+                                    public CallRecorder {
+ public:
+  BatchedTries* batched_tries() override { return this; }
+  std::vector<TryResult> try_acquire_many(std::span<const GrantRequest> requests,
+                                          milliseconds budget) override {
+    std::vector<std::string> keys;
+    for (const GrantRequest& r : requests) keys.push_back(r.key.str());
+    record(std::move(keys), budget);
+    std::vector<TryResult> out;
+    for (const GrantRequest& r : requests) {
+      out.push_back(TryResult{Status(Code::kLocked, "held"), std::nullopt,
+                              milliseconds(static_cast<long long>(r.ticket))});
+    }
+    return out;
+  }
+  bool batches_tries(milliseconds) const override { return true; }
 };
 
 // Throws from its first batch, answers the next with kLocked.
@@ -204,7 +214,9 @@ TEST(TryBatcher, ABatchTakesAtMostMaxBatchTriesAndTheRestFollow) {
 // Records every call: a release_many batch, or a release_grant as a batch of one (`singles`
 // counts those). Each release is answered with kUnavailable when its TTL is odd, so each caller
 // can tell its own answer; the first call blocks until let go.
-class ReleaseRecordingBackend final : public testing::StubBackend, public BatchedReleases {
+class ReleaseRecordingBackend final : public testing::StubBackend,
+                                      public BatchedReleases,
+                                      public CallRecorder {
  public:
   explicit ReleaseRecordingBackend(bool batches) : batches_releases_(batches) {}
   BatchedReleases* batched_releases() override { return batches_releases_ ? this : nullptr; }
@@ -212,7 +224,7 @@ class ReleaseRecordingBackend final : public testing::StubBackend, public Batche
                                    milliseconds budget) override {
     std::vector<std::string> keys;
     for (const ReleaseRequest& r : requests) keys.push_back(r.key.str());
-    record(keys, budget);
+    record(std::move(keys), budget);
     std::vector<Status> out;
     for (const ReleaseRequest& r : requests) out.push_back(outcome(r.ttl));
     return out;
@@ -227,44 +239,10 @@ class ReleaseRecordingBackend final : public testing::StubBackend, public Batche
   static Status outcome(milliseconds ttl) {
     return ttl.count() % 2 == 1 ? Status(Code::kUnavailable, "odd") : Status::Ok();
   }
-
-  bool wait_for_batches(std::size_t n) {
-    MutexLock lock(mu_);
-    return changed_.wait_for(lock, kEventBound,
-                             [&]() FENCELOCK_REQUIRES(mu_) { return batches_.size() >= n; });
-  }
-  void let_go() {
-    MutexLock lock(mu_);
-    let_go_ = true;
-    changed_.notify_all();
-  }
-  std::vector<std::vector<std::string>> batches() const {
-    MutexLock lock(mu_);
-    return batches_;
-  }
-  std::vector<milliseconds> budgets() const {
-    MutexLock lock(mu_);
-    return budgets_;
-  }
   int singles() const { return singles_.load(); }
 
  private:
-  void record(std::vector<std::string> keys, milliseconds budget) {
-    MutexLock lock(mu_);
-    batches_.push_back(std::move(keys));
-    budgets_.push_back(budget);
-    changed_.notify_all();
-    if (batches_.size() == 1) {
-      changed_.wait_for(lock, kEventBound, [&]() FENCELOCK_REQUIRES(mu_) { return let_go_; });
-    }
-  }
-
   const bool batches_releases_;
-  mutable Mutex mu_;
-  std::condition_variable_any changed_;
-  std::vector<std::vector<std::string>> batches_ FENCELOCK_GUARDED_BY(mu_);
-  std::vector<milliseconds> budgets_ FENCELOCK_GUARDED_BY(mu_);
-  bool let_go_ FENCELOCK_GUARDED_BY(mu_) = false;
   std::atomic<int> singles_{0};
 };
 
