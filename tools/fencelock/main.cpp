@@ -216,8 +216,8 @@ CLI::App* add_torture(CLI::App& app, TortureArgs& args) {
       "lost updates, token regressions, mutual exclusion while valid, late or missing lost()\n"
       "must all be 0. Verdict SAFE (exit 0), UNSAFE (exit 1), or INCONCLUSIVE (exit 2: too few\n"
       "grants or writes, a fault that never took effect, a failed control program).\n"
-      "Faults: " +
-      wrap_words(torture::fault_help() + ".", 90, 8) +
+      "Faults:" +
+      wrap_words(torture::fault_help() + ".", 90, 7) +
       "\n\n"
       "Example:\n  fencelock torture --backend etcd://127.0.0.1:2379 --duration 1m\n\n"
       "See docs/RELIABILITY.md.\n");
