@@ -331,17 +331,64 @@ std::vector<std::string> PostgresServer::as_server_user(bool with_pdeathsig) con
   return prefix;
 }
 
-void PostgresServer::initdb() {
-  prepare_directory();
+std::vector<std::string> PostgresServer::initdb_args() const {
+  return {"-U",   kSuperuser,   "--auth-local=trust", "--auth-host=scram-sha-256", "-E",
+          "UTF8", "--locale=C", "--no-sync",          "--no-instructions"};
+}
+
+std::string PostgresServer::cluster_template_path() const {
+  struct stat st {};
+  if (::stat(programs_.initdb.c_str(), &st) != 0) return {};
+  std::string key = fmt::format("{}|{}|{}", programs_.initdb, st.st_size, st.st_mtim.tv_sec);
+  for (const auto& arg : initdb_args()) key += "|" + arg;
+  // FNV-1a: stable across builds and runs, unlike std::hash.
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (unsigned char c : key) hash = (hash ^ c) * 1099511628211ULL;
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string base = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
+  return fmt::format("{}/fencelock-pg-template-{}-{:016x}", base, ::geteuid(), hash);
+}
+
+void PostgresServer::run_as_server_user(std::vector<std::string> command, const std::string& what) {
   std::vector<std::string> argv = as_server_user(false);
-  argv.insert(argv.end(), {programs_.initdb, "-D", data_directory(), "-U", kSuperuser,
-                           "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
-                           "--locale=C", "--no-sync", "--no-instructions"});
+  argv.insert(argv.end(), command.begin(), command.end());
   RunResult result = run_command(argv, {"PGDATA", "LC_ALL=C"}, "", std::chrono::seconds(120));
   if (result.exit_code != 0) {
     throw std::runtime_error(fmt::format(
-        "initdb -D {} failed (exit code {}{}):\n{}{}", data_directory(), result.exit_code,
+        "{} failed (exit code {}{}):\n{}{}", what, result.exit_code,
         result.timed_out ? ", timed out after 120 s" : "", result.stdout_text, result.stderr_text));
+  }
+}
+
+// initdb costs about a second of CPU, most of a start: the first server of a user (per initdb
+// binary and arguments) runs it and leaves a copy of the new cluster beside its own directory
+// (TMPDIR or /tmp, "fencelock-pg-template-EUID-HASH", published by an atomic rename, so that
+// servers started in parallel see a whole copy or none); every later server copies that with
+// `cp -a` (0.1-0.3 s). A template owned by anyone but the server's OS user, or open to others,
+// is not used.
+void PostgresServer::initdb() {
+  prepare_directory();
+  const std::string templ = cluster_template_path();
+  struct stat st {};
+  const uid_t server_uid = as_root_ ? lookup_os_user(kServerOsUser).uid : ::geteuid();
+  if (!templ.empty() && ::lstat((templ + "/PG_VERSION").c_str(), &st) == 0 &&
+      ::lstat(templ.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == server_uid &&
+      (st.st_mode & 077) == 0) {
+    run_as_server_user({"cp", "-a", templ, data_directory()},
+                       fmt::format("cp -a {} {}", templ, data_directory()));
+    return;
+  }
+  std::vector<std::string> command = {programs_.initdb, "-D", data_directory()};
+  for (const auto& arg : initdb_args()) command.push_back(arg);
+  run_as_server_user(std::move(command), fmt::format("initdb -D {}", data_directory()));
+  if (templ.empty()) return;
+  // Publish the template; a failure only costs later servers an initdb of their own.
+  const std::string staging = dir_ + "/template";
+  try {
+    run_as_server_user({"cp", "-a", data_directory(), staging}, "cp -a (cluster template)");
+    if (::rename(staging.c_str(), templ.c_str()) != 0) remove_tree(staging);  // another won
+  } catch (const std::runtime_error&) {
+    remove_tree(staging);
   }
 }
 

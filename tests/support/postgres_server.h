@@ -26,7 +26,9 @@
 // Several servers may run at once, in one process or in test binaries run in parallel: each has
 // its own directory and port (a start that loses its port to another process retries on a new one).
 //
-// start() takes about 1-2 s (initdb is most of it); restart() well under 1 s.
+// The first start() of a user runs initdb (about 1 s) and leaves the new cluster as a template
+// ($TMPDIR or /tmp: fencelock-pg-template-EUID-HASH, kept for later runs; delete it at will);
+// later starts copy it (0.1-0.3 s), so start() takes well under 1 s, as does restart().
 //
 // Failures throw std::runtime_error with a message that says what to do (e.g. install
 // postgresql) and includes the tail of the server's log or psql's stderr.
@@ -141,7 +143,12 @@ class PostgresServer {
   };
 
   PostgresServer(PostgresServerOptions options, Programs programs, std::string dir);
+  // initdb into TMP/data, or a copy of the template cluster an earlier initdb left (initdb()).
   void initdb();
+  std::vector<std::string> initdb_args() const;
+  std::string cluster_template_path() const;  // "" when initdb cannot be stat'ed
+  // Runs `command` as the server's OS user (at most 120 s); throws with `what` on failure.
+  void run_as_server_user(std::vector<std::string> command, const std::string& what);
   // TMP owned by the server's OS user when running as root, and short enough for its socket.
   void prepare_directory();
   void base_backup_of(const PostgresServer& primary);
