@@ -17,7 +17,11 @@ usage() {
 }
 
 build_dir=build
-cmake_args=(-G Ninja -DFENCELOCK_WERROR=ON -DFENCELOCK_BUILD_TESTS=ON -DFENCELOCK_BUILD_BENCH=ON)
+# -g1 (line tables: sanitizer reports and backtraces keep their file:line, no variables) instead
+# of -g: a quarter less compile time at -O2 (a tenth under ASan at -O0). For a debugger's full
+# view configure a build directory of your own without these flags.
+cmake_args=(-G Ninja -DFENCELOCK_WERROR=ON -DFENCELOCK_BUILD_TESTS=ON -DFENCELOCK_BUILD_BENCH=ON
+            "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_CXX_FLAGS_DEBUG=-g1")
 case ${1:-} in
   "") ;;
   --sanitize)

@@ -13,8 +13,10 @@ cxx=${2:-c++}
 build=$(mktemp -d /tmp/fencelock-reduced-build-XXXXXX)
 trap 'rm -rf "$build"' EXIT
 
-# Debug: the quickest compile; this build is for what it links, not for speed.
-cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER="$cxx" \
+# Debug without debug information: the quickest compile; this build is for what it links, not
+# for speed.
+cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG= \
+  -DCMAKE_CXX_COMPILER="$cxx" \
   -DFENCELOCK_WITH_ETCD=OFF -DFENCELOCK_WITH_POSTGRES=OFF -DFENCELOCK_BUILD_TESTS=OFF \
   -DFENCELOCK_BUILD_BENCH=OFF >"$build/configure.log" || { cat "$build/configure.log"; exit 1; }
 if grep -v -e "^//" -e "^FENCELOCK_" "$build/CMakeCache.txt" | grep -qiE 'grpc|protobuf|libpq'; then
