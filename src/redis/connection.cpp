@@ -17,10 +17,6 @@
 #include "core/thread_name.h"
 
 namespace fencelock::detail::redis {
-namespace {
-
-// AUTH (when a password is set), SELECT (db != 0), PING and SCRIPT LOAD of spec.scripts: what a
-// new connection sends before any command, each to be answered without an error.
 std::vector<std::string> setup_commands(const ConnectSpec& spec) {
   std::vector<std::string> setup;
   if (spec.has_password) {
@@ -132,6 +128,8 @@ class Exchange {
   const std::vector<const std::string*>* commands_;
   std::vector<Reply>* replies_;
 };
+
+namespace {
 
 // Drives every active exchange from one poll() loop until none is left active. due(i) is when
 // exchange i must be done (asked again before each wait and after each event, so it may change);
@@ -481,6 +479,68 @@ std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
 void Instance::drop_idle() {
   MutexLock lock(mu_);
   idle_.clear();
+}
+
+PolledCall::PolledCall(Instance& instance, std::vector<const std::string*> commands)
+    : instance_(instance), commands_(std::move(commands)) {}
+
+PolledCall::~PolledCall() = default;
+
+Result<std::unique_ptr<PolledCall>> PolledCall::start(Instance& instance,
+                                                      std::vector<const std::string*> commands) {
+  std::unique_ptr<PolledCall> call(new PolledCall(instance, std::move(commands)));
+  if (auto idle = instance.checkout_idle()) {
+    call->exchange_ = std::make_unique<Exchange>(std::move(*idle), std::vector<std::string>{},
+                                                 &call->commands_, &call->replies_);
+    return call;
+  }
+  if (Status refused = instance.may_connect(); !refused.ok()) return refused;
+  instance.start_lookup();
+  auto addresses = instance.addresses(Clock::now());  // the cached ones, or a numeric address
+  if (!addresses.ok()) return addresses.status();     // the lookup goes on for the next call
+  auto connection = Connection::start(std::move(*addresses), instance.address());
+  if (!connection.ok()) {
+    instance.open_failed(connection.status());
+    return connection.status();
+  }
+  call->exchange_ = std::make_unique<Exchange>(
+      std::move(*connection), setup_commands(instance.spec()), &call->commands_, &call->replies_);
+  return call;
+}
+
+int PolledCall::fd() const { return exchange_->connection->fd(); }
+
+short PolledCall::poll_events() const { return exchange_->connection->poll_events(); }
+
+bool PolledCall::active() const { return exchange_ && exchange_->active(); }
+
+void PolledCall::on_events(short revents) { exchange_->on_events(revents); }
+
+void PolledCall::expire() {
+  if (!active()) return;
+  const bool opening = exchange_->phase == Exchange::Phase::kOpening;
+  exchange_->fail(Status(Code::kDeadlineExceeded,
+                         fmt::format("Redis at {} did not {} in time", instance_.address(),
+                                     opening ? "finish connecting" : "answer")));
+}
+
+Result<std::vector<Reply>> PolledCall::finish() {
+  Exchange& exchange = *exchange_;
+  if (exchange.opened) instance_.opened();
+  if (exchange.phase == Exchange::Phase::kDone) {
+    instance_.checkin(std::move(exchange.connection));
+    exchange_.reset();
+    return std::move(replies_);
+  }
+  Status error = exchange.error;
+  exchange.connection->abort();
+  if (exchange.failed_opening) {
+    instance_.open_failed(error);
+  } else if (error.code() != Code::kDeadlineExceeded) {
+    instance_.note_failure();  // the server probably went away
+  }
+  exchange_.reset();
+  return error;
 }
 
 namespace {

@@ -7,7 +7,8 @@
 // connections (connect, AUTH, SELECT, PING, SCRIPT LOAD) and replies of all instances progress
 // together, so a stopped or dripping instance delays none of the others and no call outlives its
 // deadline. Latency is the slowest needed instance's reply, never the sum. The pub/sub side
-// (subscriber.h) is one thread per instance.
+// (subscriber.h) is one thread for every instance, which drives its liveness writes as
+// PolledCalls.
 //
 // Thread-safety: Instance and fan_out are safe to use from many threads; a Connection is used by
 // one thread at a time (checked out of its Instance's pool).
@@ -49,6 +50,10 @@ struct ConnectSpec {
 // FENCELOCK_REDIS_PASSWORD and FENCELOCK_REDIS_USER from the environment) and its database number
 // (the path: a whole number >= 0, else kInvalidArgument). Options (the query) are the caller's.
 Result<std::vector<ConnectSpec>> connect_specs(const ParsedUri& uri, milliseconds connect_timeout);
+
+// AUTH (when a password is set), SELECT (db != 0), PING and SCRIPT LOAD of spec.scripts: what a
+// new connection sends before any command, each to be answered without an error.
+std::vector<std::string> setup_commands(const ConnectSpec& spec);
 
 // Opens a connection, then AUTH (when a password is set), SELECT (db != 0), a PING and SCRIPT
 // LOAD of spec.scripts (so EVALSHA works after a server restart), all within one deadline: the
@@ -160,6 +165,42 @@ struct PipelineLimits {
   std::size_t enough = 0;
   Clock::time_point enough_by = Clock::time_point::max();
   Clock::duration grace = Clock::duration::max();
+};
+
+class Exchange;
+
+// One instance's commands driven by the caller's own poll() loop (the subscriber's liveness
+// writes beside its pub/sub connections): on an idle connection of the instance's pool, else on
+// a new one whose connect, setup and commands progress without blocking. The caller polls fd()
+// for poll_events(), passes what poll reported to on_events(), calls expire() once its deadline
+// has passed, and finish() once active() is false.
+class PolledCall {
+ public:
+  // Not OK (and nothing sent) when the instance is in reconnect backoff, its addresses are not
+  // known without waiting (a lookup was started: try again later), or no socket can be made.
+  static Result<std::unique_ptr<PolledCall>> start(Instance& instance,
+                                                   std::vector<const std::string*> commands);
+  ~PolledCall();
+  PolledCall(const PolledCall&) = delete;
+  PolledCall& operator=(const PolledCall&) = delete;
+
+  int fd() const;
+  short poll_events() const;
+  bool active() const;
+  void on_events(short revents);
+  // Fails the call with kDeadlineExceeded (what had arrived was read).
+  void expire();
+  // The replies (one per command, errors replies included), or why they did not all come. The
+  // connection goes back to the pool when every reply came, else it is closed (and a failure,
+  // other than a deadline, counted against the instance). Once only, after active() is false.
+  Result<std::vector<Reply>> finish();
+
+ private:
+  PolledCall(Instance& instance, std::vector<const std::string*> commands);
+  Instance& instance_;
+  std::vector<const std::string*> commands_;
+  std::vector<Reply> replies_;
+  std::unique_ptr<Exchange> exchange_;
 };
 
 // Sends every call's commands to its instance (an instance without an idle connection gets a

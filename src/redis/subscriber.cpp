@@ -13,14 +13,54 @@
 #include "redis/script_replies.h"
 
 namespace fencelock::detail::redis {
+namespace {
+
+// Liveness of a subscribed connection: a PING after this long without a byte from the server,
+// and the connection is dropped when the PING goes unanswered as long again. So a dead
+// connection that never closes is noticed within 2 s.
+constexpr milliseconds kHeartbeatEvery{1000};
+// How often a name lookup in progress is looked at (lookups run on threads of their own).
+constexpr milliseconds kLookupTick{20};
+
+}  // namespace
+
+// One instance's subscribed connection: looked up, connected and set up (kOpening: AUTH, SELECT,
+// PING and SUBSCRIBE queued at once; the SUBSCRIBE runs only after every setup reply came back
+// without an error, as the server answers in order), then kSubscribed until it fails.
+struct ReleaseHub::Feed {
+  enum class State { kIdle, kLookup, kOpening, kSubscribed };
+  State state = State::kIdle;
+  Clock::time_point retry_at{};  // kIdle: when to connect again
+  milliseconds backoff{0};
+  std::shared_ptr<Lookup> lookup;  // kLookup
+  Clock::time_point open_by{};     // kLookup, kOpening: the connect's deadline
+  ConnectionPtr connection;        // kOpening, kSubscribed
+  std::size_t setup_left = 0;      // kOpening: setup replies still to come
+  Clock::time_point heard{};       // kSubscribed: when the server last sent a byte
+  bool pinged = false;             // kSubscribed: a PING is unanswered
+};
+
+// One instance's liveness write: at most one in flight, within its own deadline.
+struct ReleaseHub::Beat {
+  std::unique_ptr<PolledCall> call;
+  Clock::time_point due{};   // the call's deadline
+  Clock::time_point sent{};  // when it was started
+  bool forget = false;       // a DEL, not a SET
+  // When the instance last stored the key, while this spell of waiters lasts.
+  std::optional<Clock::time_point> stored;
+};
 
 ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_channel,
                        milliseconds confirm_timeout)
     : wake_channel_(std::move(wake_channel)),
       confirm_timeout_(confirm_timeout),
-      instances_(std::move(instances)) {}
+      instances_(std::move(instances)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-ReleaseHub::~ReleaseHub() { stop(); }
+ReleaseHub::~ReleaseHub() {
+  stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
 
 void ReleaseHub::attach(std::vector<Instance*> instances, milliseconds io_timeout,
                         StrayHandler stray) {
@@ -30,30 +70,25 @@ void ReleaseHub::attach(std::vector<Instance*> instances, milliseconds io_timeou
 }
 
 void ReleaseHub::stop() {
-  if (alive_thread_.joinable()) {
-    alive_thread_.request_stop();
-    {
-      MutexLock lock(mu_);
-      alive_wake_.notify_all();
-    }
-    alive_thread_.join();
-  }
-  subscribers_.clear();
+  if (!loop_.joinable()) return;
+  loop_.request_stop();
+  wake_loop();
+  loop_.join();
+}
+
+void ReleaseHub::wake_loop() {
+  std::uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof one);
+  (void)n;
 }
 
 std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner,
                                                 Clock::time_point deadline) {
   std::call_once(started_, [&] {
-    for (std::size_t i = 0; i < instances_.size(); ++i) {
-      subscribers_.push_back(
-          std::make_unique<Subscriber>(static_cast<int>(i), instances_[i], *this));
-    }
-    if (!alive_on_.empty()) {
-      alive_thread_ = std::jthread([this](const std::stop_token& stop) {
-        name_this_thread("fl-alive");
-        keep_alive(stop);
-      });
-    }
+    loop_ = std::jthread([this](const std::stop_token& stop) {
+      name_this_thread("fl-subscribe");
+      run(stop);
+    });
   });
   {
     // Wait until every instance was tried once and every connected one confirmed (instances that
@@ -67,63 +102,267 @@ std::unique_ptr<ReleaseWatch> ReleaseHub::watch(const std::string& owner,
                       });
   }
   auto watch = board_.watch(owner);
+  bool was_due = false;
   {
     MutexLock lock(mu_);
+    was_due = alive_due_;
     alive_due_ = true;
-    alive_wake_.notify_all();
   }
+  if (!was_due) wake_loop();
   return watch;
 }
 
-void ReleaseHub::keep_alive(const std::stop_token& stop) {
-  const std::string beat =
+void ReleaseHub::run(const std::stop_token& stop) {
+  const std::string subscribe = format_command({"SUBSCRIBE", wake_channel_});
+  const std::string ping = format_command({"PING"});
+  const std::string beat_command =
       format_command({"SET", alive_key(), "1", "PX", std::to_string(kAliveFor.count())});
-  // When each instance last stored the key (nullopt: not while this run of waiters lasts).
-  std::vector<std::optional<Clock::time_point>> stored(alive_on_.size());
   // Once the Client has no waiters (and when it goes), the key goes too, rather than lingering
   // for its TTL: it only ever says "this Client has places in line".
-  const std::string forget = format_command({"DEL", alive_key()});
-  auto forget_stored = [&] {
-    std::vector<InstanceCall> calls;
-    for (std::size_t i = 0; i < stored.size(); ++i) {
-      if (!stored[i]) continue;
-      InstanceCall& call = calls.emplace_back();
-      call.instance = alive_on_[i];
-      call.commands.push_back(&forget);
-    }
-    if (!calls.empty())
-      fan_out(calls, Clock::now() + std::min<milliseconds>(io_timeout_, kAliveEvery));
-    std::fill(stored.begin(), stored.end(), std::nullopt);
+  const std::string forget_command = format_command({"DEL", alive_key()});
+  const milliseconds beat_bound = std::min<milliseconds>(io_timeout_, kAliveEvery);
+
+  std::vector<Feed> feeds(instances_.size());
+  std::vector<Beat> beats(alive_on_.size());
+  // The next round of liveness writes while the Client has waiters; max: none planned (the next
+  // watch after an idle spell asks for one, alive_due_).
+  Clock::time_point next_round = Clock::time_point::max();
+  bool draining = false;  // stopping: only the last DELs are left to finish
+
+  auto connect_failed = [&](int i) {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    f.connection.reset();
+    f.lookup.reset();
+    f.state = Feed::State::kIdle;
+    f.backoff = std::clamp(f.backoff * 2, milliseconds(25), milliseconds(1000));
+    f.retry_at = Clock::now() + f.backoff;
+    on_connect_failed(i);
   };
-  while (!stop.stop_requested()) {
-    if (board_.watching()) {
-      std::vector<InstanceCall> calls(alive_on_.size());
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        calls[i].instance = alive_on_[i];
-        calls[i].commands.push_back(&beat);
+  auto dropped = [&](int i) {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    f.connection.reset();
+    f.state = Feed::State::kIdle;
+    f.retry_at = Clock::now();  // at once; the backoff grows only when connecting fails
+    on_connection(i, false);
+  };
+  auto try_open = [&](int i) {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    if (!f.lookup->done()) return;
+    auto addresses = f.lookup->wait(Clock::now());
+    f.lookup.reset();
+    if (!addresses.ok()) return connect_failed(i);
+    const ConnectSpec& spec = instances_[static_cast<std::size_t>(i)];
+    auto started = Connection::start(std::move(*addresses), endpoint_text(spec.endpoint));
+    if (!started.ok()) return connect_failed(i);
+    f.connection = std::move(*started);
+    const std::vector<std::string> setup = setup_commands(spec);
+    for (const std::string& command : setup) f.connection->queue(command);
+    f.connection->queue(subscribe);
+    f.setup_left = setup.size();
+    f.state = Feed::State::kOpening;
+  };
+  auto start_connect = [&](int i) {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    const ConnectSpec& spec = instances_[static_cast<std::size_t>(i)];
+    f.open_by = Clock::now() + spec.connect_timeout;
+    f.lookup = Lookup::start(spec.endpoint);
+    f.state = Feed::State::kLookup;
+    try_open(i);
+  };
+  // The replies that came on feed i (after a read): setup replies, then the subscription's.
+  auto take_replies = [&](int i) -> bool {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    while (true) {
+      auto next = f.connection->next_reply();
+      if (!next.ok()) return false;
+      if (!*next) return true;
+      Reply reply = std::move(*next);
+      if (f.state == Feed::State::kOpening) {
+        if (reply->type == REDIS_REPLY_ERROR) return false;  // refused credentials, a bad db
+        if (--f.setup_left == 0) {
+          f.state = Feed::State::kSubscribed;
+          f.heard = Clock::now();
+          f.pinged = false;
+          f.backoff = milliseconds(0);
+          on_connection(i, true);
+        }
+        continue;
       }
-      // Every instance at once, each within io_timeout and within the period: a silent one
-      // delays no other, nor the next write to the others.
-      const Clock::time_point sent = Clock::now();
-      fan_out(calls, sent + std::min<milliseconds>(io_timeout_, kAliveEvery));
-      bool lapsed = false;
-      for (std::size_t i = 0; i < calls.size(); ++i) {
-        if (!calls[i].error.ok() || calls[i].replies[0]->type == REDIS_REPLY_ERROR) continue;
-        // The key may have expired since the last write: that instance may have dropped this
-        // Client's places, so every waiter tries once more (and takes its place again).
-        if (stored[i] && sent - *stored[i] >= kAliveFor) lapsed = true;
-        stored[i] = sent;
+      // {"subscribe", channel, count}, {"message", channel, payload}; {"pong", ""} and any
+      // other shape only prove that the connection lives.
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) continue;
+      const std::string_view kind = reply_text(reply->element[0]);
+      if (kind == "subscribe") {
+        on_subscribed(i);
+      } else if (kind == "message") {
+        on_message(i, std::string(reply_text(reply->element[2])));
       }
-      if (lapsed) board_.notify_all();
-    } else {
+    }
+  };
+  auto feed_events = [&](int i, short revents) {
+    Feed& f = feeds[static_cast<std::size_t>(i)];
+    const bool opening = f.state == Feed::State::kOpening;
+    auto fail = [&] { opening ? connect_failed(i) : dropped(i); };
+    if ((revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) != 0 && f.connection->wants_write()) {
+      if (!f.connection->on_writable().ok()) return fail();
+    }
+    if ((revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL)) != 0 && !f.connection->connecting()) {
+      const Status read = f.connection->on_readable();
+      if (f.state == Feed::State::kSubscribed) {
+        f.heard = Clock::now();
+        f.pinged = false;
+      }
+      // Replies that came before a close are still taken.
+      const bool replies_ok = take_replies(i);
+      if (!read.ok() || !replies_ok) {
+        f.state == Feed::State::kOpening ? connect_failed(i) : dropped(i);
+      }
+    }
+  };
+  auto start_beat = [&](std::size_t i, bool forget) {
+    Beat& b = beats[i];
+    if (b.call) return;  // the last one is still under way (within its bound)
+    auto call = PolledCall::start(*alive_on_[i], {forget ? &forget_command : &beat_command});
+    if (!call.ok()) return;  // reconnect backoff, or a lookup under way: the next round
+    b.call = std::move(*call);
+    b.sent = Clock::now();
+    b.due = b.sent + beat_bound;
+    b.forget = forget;
+  };
+  auto finish_beat = [&](std::size_t i) {
+    Beat& b = beats[i];
+    auto replies = b.call->finish();
+    b.call.reset();
+    if (b.forget || !replies.ok() || (*replies)[0]->type == REDIS_REPLY_ERROR) return;
+    if (draining || next_round == Clock::time_point::max()) {
+      // The waiters went (or the hub stops) while this write was under way: delete it again.
+      start_beat(i, /*forget=*/true);
+      return;
+    }
+    // The key may have expired since the last write: that instance may have dropped this
+    // Client's places, so every waiter tries once more (and takes its place again).
+    if (b.stored && b.sent - *b.stored >= kAliveFor) board_.notify_all();
+    b.stored = b.sent;
+  };
+  auto forget_stored = [&] {
+    for (std::size_t i = 0; i < beats.size(); ++i) {
+      if (!beats[i].stored) continue;
+      beats[i].stored.reset();
+      start_beat(i, /*forget=*/true);
+    }
+  };
+
+  std::vector<pollfd> fds;
+  std::vector<int> owners;  // fds[k] is feed owners[k], or beat -1 - owners[k]; the eventfd: none
+  while (true) {
+    const Clock::time_point now = Clock::now();
+    if (!draining && stop.stop_requested()) {
+      draining = true;
       forget_stored();
     }
-    MutexLock lock(mu_);
-    alive_wake_.wait_for(lock, stop, kAliveEvery,
-                         [&]() FENCELOCK_REQUIRES(mu_) { return alive_due_; });
-    alive_due_ = false;
+    bool any_beat = false;
+    for (const Beat& b : beats) any_beat = any_beat || b.call != nullptr;
+    if (draining && !any_beat) return;
+
+    if (!draining && !beats.empty()) {
+      bool due = false;
+      {
+        MutexLock lock(mu_);
+        due = alive_due_;
+        alive_due_ = false;
+      }
+      if (due && next_round == Clock::time_point::max()) next_round = now;  // after idle
+      if (now >= next_round) {
+        if (board_.watching()) {
+          for (std::size_t i = 0; i < beats.size(); ++i) start_beat(i, /*forget=*/false);
+          next_round = now + kAliveEvery;
+        } else {
+          forget_stored();
+          next_round = Clock::time_point::max();
+        }
+      }
+    }
+
+    // Feeds: connect those due, fail those out of time, PING the quiet ones.
+    Clock::time_point wake_at = draining ? Clock::time_point::max() : next_round;
+    for (std::size_t n = 0; n < feeds.size() && !draining; ++n) {
+      const int i = static_cast<int>(n);
+      Feed& f = feeds[n];
+      if (f.state == Feed::State::kIdle && now >= f.retry_at) start_connect(i);
+      if (f.state == Feed::State::kLookup) try_open(i);
+      if ((f.state == Feed::State::kLookup || f.state == Feed::State::kOpening) &&
+          now >= f.open_by) {
+        connect_failed(i);
+      }
+      if (f.state == Feed::State::kSubscribed) {
+        const Clock::time_point silent_until = f.heard + (f.pinged ? 2 : 1) * kHeartbeatEvery;
+        if (now >= silent_until) {
+          if (f.pinged) {
+            dropped(i);  // silent since the PING: dead
+          } else {
+            f.connection->queue(ping);
+            f.pinged = true;
+          }
+        }
+      }
+      switch (f.state) {
+        case Feed::State::kIdle:
+          wake_at = std::min(wake_at, f.retry_at);
+          break;
+        case Feed::State::kLookup:
+          wake_at = std::min({wake_at, f.open_by, now + kLookupTick});
+          break;
+        case Feed::State::kOpening:
+          wake_at = std::min(wake_at, f.open_by);
+          break;
+        case Feed::State::kSubscribed:
+          wake_at = std::min(wake_at, f.heard + (f.pinged ? 2 : 1) * kHeartbeatEvery);
+          break;
+      }
+    }
+    for (std::size_t i = 0; i < beats.size(); ++i) {
+      if (beats[i].call && now >= beats[i].due) beats[i].call->expire();
+      if (beats[i].call && !beats[i].call->active()) finish_beat(i);
+      if (beats[i].call) wake_at = std::min(wake_at, beats[i].due);
+    }
+
+    fds.clear();
+    owners.clear();
+    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    owners.push_back(0);
+    for (std::size_t n = 0; n < feeds.size() && !draining; ++n) {
+      const Feed& f = feeds[n];
+      if (f.state != Feed::State::kOpening && f.state != Feed::State::kSubscribed) continue;
+      fds.push_back(pollfd{f.connection->fd(), f.connection->poll_events(), 0});
+      owners.push_back(static_cast<int>(n));
+    }
+    for (std::size_t i = 0; i < beats.size(); ++i) {
+      if (!beats[i].call) continue;
+      fds.push_back(pollfd{beats[i].call->fd(), beats[i].call->poll_events(), 0});
+      owners.push_back(-1 - static_cast<int>(i));
+    }
+    const auto left =
+        wake_at == Clock::time_point::max()
+            ? milliseconds(-1)
+            : std::max(std::chrono::ceil<milliseconds>(wake_at - Clock::now()), milliseconds(0));
+    const int wait = static_cast<int>(std::min<milliseconds::rep>(left.count(), 1 << 30));
+    if (::poll(fds.data(), fds.size(), wait) < 0) continue;  // EINTR
+    if ((fds[0].revents & POLLIN) != 0) {
+      std::uint64_t drained = 0;
+      ssize_t n = read(wake_fd_, &drained, sizeof drained);
+      (void)n;
+    }
+    for (std::size_t k = 1; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      if (owners[k] >= 0) {
+        feed_events(owners[k], fds[k].revents);
+      } else {
+        const auto i = static_cast<std::size_t>(-1 - owners[k]);
+        beats[i].call->on_events(fds[k].revents);
+        if (!beats[i].call->active()) finish_beat(i);
+      }
+    }
   }
-  forget_stored();
 }
 
 void ReleaseHub::on_subscribed(int instance) {
@@ -166,91 +405,6 @@ void ReleaseHub::on_connection(int instance, bool up) {
   // A drop: every waiter retries once now (a wake-up may have gone unheard), and once more when
   // the subscription is back (on_subscribed).
   if (!up) board_.notify_all();
-}
-
-Subscriber::Subscriber(int index, ConnectSpec spec, ReleaseHub& hub)
-    : index_(index), spec_(std::move(spec)), hub_(hub) {
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  thread_ = std::jthread([this](std::stop_token stop) {
-    name_this_thread("fl-subscribe");
-    run(stop);
-  });
-}
-
-Subscriber::~Subscriber() {
-  thread_.request_stop();
-  wake();
-  if (thread_.joinable()) thread_.join();
-  close(wake_fd_);
-}
-
-void Subscriber::wake() {
-  std::uint64_t one = 1;
-  ssize_t n = write(wake_fd_, &one, sizeof one);
-  (void)n;
-}
-
-void Subscriber::run(std::stop_token stop) {
-  milliseconds backoff(0);
-  while (!stop.stop_requested()) {
-    auto opened = open_connection(spec_, Clock::now() + spec_.connect_timeout);
-    if (opened.ok()) {
-      backoff = milliseconds(0);
-      hub_.on_connection(index_, true);
-      serve(stop, **opened);
-      hub_.on_connection(index_, false);
-      continue;
-    }
-    hub_.on_connect_failed(index_);
-    backoff = std::clamp(backoff * 2, milliseconds(25), milliseconds(1000));
-    pollfd pfd{wake_fd_, POLLIN, 0};
-    poll(&pfd, 1, static_cast<int>(backoff.count()));  // wait out the backoff, or until stopped
-  }
-}
-
-bool Subscriber::serve(std::stop_token stop, Connection& c) {
-  c.queue(format_command({"SUBSCRIBE", hub_.wake_channel()}));
-  if (!flush(c, Clock::now() + kHeartbeatEvery).ok()) return false;
-  // A connection that dies without closing (a partition, a stopped server, a NAT that forgot it)
-  // would never be noticed by a reader that only waits: after kHeartbeatEvery without a byte
-  // from the server, a PING (allowed while subscribed) must be answered within kHeartbeatEvery,
-  // else the connection counts as dropped (reconnect, and every waiter retries once).
-  Clock::time_point heard = Clock::now();
-  bool pinged = false;
-  const std::string ping = format_command({"PING"});
-  while (!stop.stop_requested()) {
-    const Clock::time_point due = heard + (pinged ? 2 : 1) * kHeartbeatEvery;
-    const Clock::time_point now = Clock::now();
-    if (now >= due) {
-      if (pinged) return false;  // silent since the PING: dead
-      c.queue(ping);
-      if (!flush(c, Clock::now() + kHeartbeatEvery).ok()) return false;
-      pinged = true;
-      continue;
-    }
-    const auto wait = std::chrono::ceil<milliseconds>(due - now);
-    pollfd fds[2] = {{c.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(fds, 2, static_cast<int>(wait.count())) < 0 || fds[0].revents == 0) continue;
-    if (!c.on_readable().ok()) return false;
-    heard = Clock::now();
-    pinged = false;
-    while (true) {
-      auto next = c.next_reply();
-      if (!next.ok()) return false;
-      if (!*next) break;
-      Reply reply = std::move(*next);
-      // {"subscribe", channel, count}, {"message", channel, payload}; {"pong", ""} and any
-      // other shape only prove that the connection lives.
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) continue;
-      const std::string_view kind = reply_text(reply->element[0]);
-      if (kind == "subscribe") {
-        hub_.on_subscribed(index_);
-      } else if (kind == "message") {
-        hub_.on_message(index_, std::string(reply_text(reply->element[2])));
-      }
-    }
-  }
-  return true;
 }
 
 }  // namespace fencelock::detail::redis

@@ -1,11 +1,14 @@
 // Wake-ups over Redis pub/sub: how waiters learn of a release without polling, and without a
 // thundering herd.
 //
-// Every Client has one wake channel, "fencelock:wake:<client id>", and one Subscriber thread per
-// instance that keeps one connection subscribed to it for the Client's whole life. A waiting
-// acquisition records the channel next to its place in the key's wait queue; the release script
-// publishes the owner id of the first waiter in line on that waiter's channel. So a release wakes
-// exactly one waiter, in exactly one process, and waiting costs no SUBSCRIBE per wait.
+// Every Client has one wake channel, "fencelock:wake:<client id>", and one subscriber thread
+// ("fl-subscribe") that keeps one connection per instance subscribed to it for the Client's whole
+// life, all from one poll() loop: connects, setup, SUBSCRIBE, heartbeats and messages of every
+// instance progress together, so a stopped or dripping instance delays no other's wake-ups. A
+// waiting acquisition records the channel next to its place in the key's wait queue; the release
+// script publishes the owner id of the first waiter in line on that waiter's channel. So a
+// release wakes exactly one waiter, in exactly one process, and waiting costs no SUBSCRIBE per
+// wait.
 //
 // A Watch registers its owner id with the ReleaseHub, waits (once per Client) until every
 // connected instance confirmed the subscription, and from then on cannot miss a wake-up. When a
@@ -13,10 +16,12 @@
 // woken once to retry (wake-ups may have been lost meanwhile).
 //
 // Places in line need no refresh by their waiters: while the Client has waiters, the hub keeps
-// the key "<wake channel>:alive" on every instance (kAliveFor, refreshed every kAliveEvery, all
-// instances at once), and a place lives while its Client is alive (scripts/queue.lua). A wake-up
-// for an owner id that has no waiter here (its leave of the queue never arrived) is handed to
-// the stray handler, which sends the leave again.
+// the key "<wake channel>:alive" on every instance (kAliveFor, refreshed every kAliveEvery). The
+// same loop writes it, on the instances' pooled connections (PolledCall), each instance's write
+// bounded by the earlier of io_timeout and kAliveEvery and waiting for no other's; a place lives
+// while its Client is alive (scripts/queue.lua). A wake-up for an owner id that has no waiter
+// here (its leave of the queue never arrived) is handed to the stray handler, which sends the
+// leave again.
 //
 // Thread-safety: everything here is safe for concurrent use.
 #pragma once
@@ -38,8 +43,6 @@
 
 namespace fencelock::detail::redis {
 
-class Subscriber;
-
 class ReleaseHub {
  public:
   // How long the Client's liveness key lasts, and how often it is refreshed while the Client
@@ -60,7 +63,8 @@ class ReleaseHub {
   // REQUIRES: the instances and whatever `stray` uses outlive this hub, or stop() is called
   // before they go.
   void attach(std::vector<Instance*> instances, milliseconds io_timeout, StrayHandler stray);
-  // Stops the subscriber and liveness threads (idempotent; the destructor calls it).
+  // Stops the subscriber thread (idempotent; the destructor calls it). Its last act: deleting the
+  // liveness key where it was stored, within the earlier of io_timeout and kAliveEvery.
   void stop();
 
   // The channel the release script publishes on to wake this Client's waiters.
@@ -68,12 +72,12 @@ class ReleaseHub {
   // The key that says this Client is alive (scripts/queue.lua).
   std::string alive_key() const { return wake_channel_ + ":alive"; }
 
-  // A watch for the waiter `owner` (hex). The first watch starts the subscribers and waits
+  // A watch for the waiter `owner` (hex). The first watch starts the subscriber thread and waits
   // (bounded by confirm_timeout and `deadline`) until every connected instance confirmed the
   // subscription.
   std::unique_ptr<ReleaseWatch> watch(const std::string& owner, Clock::time_point deadline);
 
-  // Called by Subscriber threads.
+  // What the loop reports (public for its helpers; tests do not call them).
   void on_subscribed(int instance);
   // payload: "<owner id woken> <lock key>" (or the owner id alone).
   void on_message(int instance, const std::string& payload);
@@ -81,6 +85,13 @@ class ReleaseHub {
   void on_connect_failed(int instance);
 
  private:
+  struct Feed;  // one instance's subscribed connection (the loop's)
+  struct Beat;  // one instance's liveness write (the loop's)
+
+  // The loop: runs until stop(), then deletes the liveness key where it was stored.
+  void run(const std::stop_token& stop);
+  void wake_loop();
+
   const std::string wake_channel_;
   const milliseconds confirm_timeout_;
   const std::vector<ConnectSpec> instances_;
@@ -90,41 +101,16 @@ class ReleaseHub {
   std::set<int> subscribed_on_ FENCELOCK_GUARDED_BY(mu_);
   std::set<int> connected_ FENCELOCK_GUARDED_BY(mu_);
   std::set<int> attempted_ FENCELOCK_GUARDED_BY(mu_);  // instances tried at least once
-  std::once_flag started_;  // subscriber threads start with the first watch
-  std::vector<std::unique_ptr<Subscriber>> subscribers_;
+  bool alive_due_ FENCELOCK_GUARDED_BY(mu_) = false;   // a watch came after an idle spell
+  std::once_flag started_;                             // the loop starts with the first watch
 
-  // The liveness key's writer (attach()).
-  void keep_alive(const std::stop_token& stop);
+  // The liveness key's writes (attach()).
   std::vector<Instance*> alive_on_;
   milliseconds io_timeout_{1000};
   StrayHandler stray_;
-  std::condition_variable_any alive_wake_;
-  bool alive_due_ FENCELOCK_GUARDED_BY(mu_) = false;  // a watch came after an idle spell
-  std::jthread alive_thread_;
-};
 
-// One connection to one instance, subscribed to the Client's wake channel, served by its own
-// thread.
-class Subscriber {
- public:
-  Subscriber(int index, ConnectSpec spec, ReleaseHub& hub);
-  ~Subscriber();
-
- private:
-  void run(std::stop_token stop);
-  // Liveness of a subscribed connection: a PING after this long without a byte from the server,
-  // and the connection is dropped when the PING goes unanswered as long again. So a dead
-  // connection that never closes is noticed within 2 s.
-  static constexpr milliseconds kHeartbeatEvery{1000};
-
-  bool serve(std::stop_token stop, Connection& c);
-  void wake();
-
-  const int index_;
-  const ConnectSpec spec_;
-  ReleaseHub& hub_;
-  int wake_fd_ = -1;  // eventfd: stops the thread's poll()
-  std::jthread thread_;
+  int wake_fd_ = -1;  // eventfd: a watch or stop() interrupts the loop's poll()
+  std::jthread loop_;
 };
 
 }  // namespace fencelock::detail::redis

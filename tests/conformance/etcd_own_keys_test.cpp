@@ -198,14 +198,17 @@ TEST_F(EtcdOwnKeys, ACopyOfACreateThatAFailoverRetriedLeavesNoKeyBehindAfterTheR
   const std::string marker = "retried-create-7a7a";
   auto holds = DelayProxy::start(port_of(cluster_->client_endpoint(0)));
   holds->drop_http2_resets();
+  // io_timeout 1.5 s: long enough that no call before the held one fails the connection over
+  // to member 1 on a loaded machine (with 400 ms one did in CI, and the create then never went
+  // through the proxy), short of the 6 s hold.
   Client holder = connect(fmt::format("etcd://127.0.0.1:{},{}?{}", holds->port(),
                                       cluster_->client_endpoint(1), kAcceptDebianEtcd),
-                          {.connect_timeout = 2s, .io_timeout = 400ms});
+                          {.connect_timeout = 2s, .io_timeout = 1500ms});
   Client other = connect(cluster_->uri());
   auto kept = holder.acquire(*LockKey::make("keeps-the-session"), {.ttl = ttl});
   ASSERT_TRUE(kept.ok()) << kept.status().to_string();
 
-  holds->delay(marker, 4s);
+  holds->delay(marker, 6s);
   const auto key = *LockKey::make("retried-create");
   auto granted =
       holder.acquire(key, {.ttl = ttl, .metadata = fmt::format(R"({{"note":"{}"}})", marker)});

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -341,6 +344,66 @@ TEST(RedisQueue, AFirstWaiterThatMissesTheWakeUpWhileResubscribingKeepsItsTurn) 
   ASSERT_TRUE(first_lease->release().ok());
   ASSERT_EQ(second.wait_for(30s), std::future_status::ready);
   EXPECT_TRUE(second.get().ok());
+}
+
+// fencelock's threads in this process by name (/proc/self/task/*/comm: "fl-engine", ...).
+std::map<std::string, int> fencelock_threads() {
+  std::map<std::string, int> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.starts_with("fl-")) names[name]++;
+  }
+  return names;
+}
+
+// A Redlock Client with waiters runs one subscriber thread for all its instances, which also
+// keeps its liveness key, beside its two engine threads: 3 threads whatever the instances and
+// the waiters (before: one fl-subscribe per instance and an fl-alive, 6 on three instances). The
+// key is on every instance while the Client waits, and gone from each when it goes.
+TEST(RedisThreads, AWaitingRedlockClientRunsOneSubscriberThreadForAllInstances) {
+  auto cluster = RedisCluster::start(3);
+  Client holder = connect_or_throw(cluster->redlock_uri());
+  std::vector<Lease> held;
+  for (int i = 0; i < 100; ++i) {
+    auto lease = holder.acquire(key("threads/" + std::to_string(i)), {.ttl = 60s});
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    held.push_back(std::move(*lease));
+  }
+  const std::map<std::string, int> before = fencelock_threads();
+  {
+    Client waiter = connect_or_throw(cluster->redlock_uri());
+    std::vector<std::future<Result<Lease>>> waiting;
+    for (int i = 0; i < 100; ++i) {
+      waiting.push_back(
+          waiter.acquire_future(key("threads/" + std::to_string(i)), {.ttl = 5s, .wait = 60s}));
+    }
+    const std::string last = detail::redis::queue_key("threads/99");
+    ASSERT_TRUE(eventually([&] {
+      for (int i = 0; i < cluster->size(); ++i) {
+        if ((*cluster)[i].command({"ZCARD", last}) != "1") return false;
+      }
+      return true;
+    })) << "the last waiter never took its place on every instance";
+    for (int i = 0; i < cluster->size(); ++i) {
+      EXPECT_TRUE(eventually([&] {
+        return (*cluster)[i].keys("fencelock:wake:*:alive").size() == 1;
+      })) << "no liveness key on instance "
+          << i;
+    }
+    std::map<std::string, int> added = fencelock_threads();
+    for (const auto& [name, count] : before) added[name] -= count;
+    EXPECT_EQ(added["fl-subscribe"], 1);
+    EXPECT_EQ(added["fl-alive"], 0);
+    EXPECT_EQ(added["fl-engine"], 2);
+  }  // the waiting Client goes: its waits are cancelled, its liveness key deleted (its state
+     // goes once the cancelled acquisitions have completed)
+  for (int i = 0; i < cluster->size(); ++i) {
+    // Well before the key's own 5 s.
+    EXPECT_TRUE(
+        eventually([&] { return (*cluster)[i].keys("fencelock:wake:*:alive").empty(); }, 3s))
+        << "the liveness key outlived its Client on instance " << i;
+  }
 }
 
 // The asynchronous engine sends the tries that come due together as one batch: round 1 of all
