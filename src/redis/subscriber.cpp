@@ -233,7 +233,13 @@ void ReleaseHub::run(const std::stop_token& stop) {
     Beat& b = beats[i];
     auto replies = b.call->finish();
     b.call.reset();
-    if (b.forget || !replies.ok() || (*replies)[0]->type == REDIS_REPLY_ERROR) return;
+    if (b.forget) {
+      // Waiters came back while the delete was under way (start_beat left them for it): their
+      // write now, not a round later.
+      if (!draining && next_round != Clock::time_point::max()) start_beat(i, /*forget=*/false);
+      return;
+    }
+    if (!replies.ok() || (*replies)[0]->type == REDIS_REPLY_ERROR) return;
     if (draining || next_round == Clock::time_point::max()) {
       // The waiters went (or the hub stops) while this write was under way: delete it again.
       start_beat(i, /*forget=*/true);
@@ -260,10 +266,6 @@ void ReleaseHub::run(const std::stop_token& stop) {
       draining = true;
       forget_stored();
     }
-    bool any_beat = false;
-    for (const Beat& b : beats) any_beat = any_beat || b.call != nullptr;
-    if (draining && !any_beat) return;
-
     if (!draining && !beats.empty()) {
       bool due = false;
       {
@@ -320,11 +322,16 @@ void ReleaseHub::run(const std::stop_token& stop) {
           break;
       }
     }
+    bool any_beat = false;
     for (std::size_t i = 0; i < beats.size(); ++i) {
       if (beats[i].call && now >= beats[i].due) beats[i].call->expire();
       if (beats[i].call && !beats[i].call->active()) finish_beat(i);
       if (beats[i].call) wake_at = std::min(wake_at, beats[i].due);
+      any_beat = any_beat || beats[i].call != nullptr;
     }
+    // Stopping: done once the last deletes have finished, answered or out of time (checked
+    // after the deadlines above: with none left in flight nothing would wake the poll below).
+    if (draining && !any_beat) return;
 
     fds.clear();
     owners.clear();

@@ -4,9 +4,16 @@
 // with its code, never "free"; a subscriber connection that dies without closing is noticed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <future>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,6 +283,61 @@ TEST(RedisSubscriber, AConnectionThatGoesSilentWithoutClosingIsDroppedAndWaiters
   EXPECT_TRUE(watch->wait_until(Clock::now() + 20s, std::stop_token()))
       << "a waiter on a silent subscriber connection was never woken";
   proxy.set_fault(torture::NetworkFault::kNone);
+}
+
+// This process's threads named `name` (/proc/self/task/*/comm).
+int threads_named(const std::string& name) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) count++;
+  }
+  return count;
+}
+
+// A Client with waiters goes while its instance is silent (a blackhole: nothing answers, nothing
+// closes): its subscriber thread deletes the liveness key within its bound and ends. Review:
+// the loop saw the delete run out of time, and then slept in poll() with nothing left to wake
+// it, so the last Client handle's destructor (or the engine thread that dropped it) hung for
+// good, even after the instance came back.
+TEST(RedisSubscriber, AClientWithWaitersGoesWithinItsBoundWhileTheInstanceIsSilent) {
+  auto server = RedisServer::start();
+  torture::FaultProxy proxy("127.0.0.1", server->port());
+  Client holder = connect_or_throw(server->uri());
+  auto held = holder.acquire(*LockKey::make("silent-exit"), {.ttl = 60s});
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  auto waiter =
+      Client::connect("redis://127.0.0.1:" + std::to_string(proxy.port()), {.io_timeout = 500ms});
+  ASSERT_TRUE(waiter.ok()) << waiter.status().to_string();
+  std::stop_source cancel;
+  auto waiting = waiter->acquire_future(*LockKey::make("silent-exit"),
+                                        {.ttl = 5s, .wait = 60s, .stop = cancel.get_token()});
+  ASSERT_TRUE(eventually([&] {
+    return server->command({"ZCARD", detail::redis::queue_key("silent-exit")}) == "1" &&
+           server->keys("fencelock:wake:*:alive").size() == 1;
+  })) << "the waiter never took its place, or its liveness key was never written";
+  proxy.set_fault(torture::NetworkFault::kBlackhole);
+  cancel.request_stop();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(waiting.get().code(), Code::kCancelled);
+  std::atomic<bool> gone{false};
+  std::thread destroyer([client = std::move(*waiter), &gone]() mutable {
+    { Client last = std::move(client); }
+    gone = true;
+  });
+  if (!eventually([&] { return gone.load(); }, 10s)) {
+    // A hung destructor would hang this test too: fail loudly instead.
+    std::fprintf(stderr, "FAILED: the last handle of the Client was not gone 10 s later\n");
+    std::_Exit(1);
+  }
+  destroyer.join();
+  // The Client's state may go on an engine thread instead (the cancelled acquisition's last
+  // reference): its subscriber thread must end all the same.
+  EXPECT_TRUE(eventually([] { return threads_named("fl-subscribe") == 0; }, 10s))
+      << "the subscriber thread still runs 10 s after its Client went";
+  proxy.set_fault(torture::NetworkFault::kNone);
+  EXPECT_TRUE(held->release().ok());
 }
 
 }  // namespace
