@@ -487,10 +487,11 @@ PolledCall::PolledCall(Instance& instance, std::vector<const std::string*> comma
 PolledCall::~PolledCall() = default;
 
 Result<std::unique_ptr<PolledCall>> PolledCall::start(Instance& instance,
-                                                      std::vector<const std::string*> commands) {
+                                                      std::vector<const std::string*> commands,
+                                                      ConnectionPtr& own) {
   std::unique_ptr<PolledCall> call(new PolledCall(instance, std::move(commands)));
-  if (auto idle = instance.checkout_idle()) {
-    call->exchange_ = std::make_unique<Exchange>(std::move(*idle), std::vector<std::string>{},
+  if (own) {
+    call->exchange_ = std::make_unique<Exchange>(std::move(own), std::vector<std::string>{},
                                                  &call->commands_, &call->replies_);
     return call;
   }
@@ -524,11 +525,11 @@ void PolledCall::expire() {
                                      opening ? "finish connecting" : "answer")));
 }
 
-Result<std::vector<Reply>> PolledCall::finish() {
+Result<std::vector<Reply>> PolledCall::finish(ConnectionPtr& own) {
   Exchange& exchange = *exchange_;
   if (exchange.opened) instance_.opened();
   if (exchange.phase == Exchange::Phase::kDone) {
-    instance_.checkin(std::move(exchange.connection));
+    own = std::move(exchange.connection);
     exchange_.reset();
     return std::move(replies_);
   }

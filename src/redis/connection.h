@@ -170,8 +170,11 @@ struct PipelineLimits {
 class Exchange;
 
 // One instance's commands driven by the caller's own poll() loop (the subscriber's liveness
-// writes beside its pub/sub connections): on an idle connection of the instance's pool, else on
-// a new one whose connect, setup and commands progress without blocking. The caller polls fd()
+// writes beside its pub/sub connections), on a connection of the caller's own (`own`: taken
+// when set, else a new one whose connect, setup and commands progress without blocking, and
+// handed back there by finish() when every reply came). The instance's pool is left alone: a
+// call that borrowed its idle connection could make a concurrent fan_out count that instance as
+// reconnecting and leave it out. The caller polls fd()
 // for poll_events(), passes what poll reported to on_events(), calls expire() once its deadline
 // has passed, and finish() once active() is false.
 class PolledCall {
@@ -179,7 +182,8 @@ class PolledCall {
   // Not OK (and nothing sent) when the instance is in reconnect backoff, its addresses are not
   // known without waiting (a lookup was started: try again later), or no socket can be made.
   static Result<std::unique_ptr<PolledCall>> start(Instance& instance,
-                                                   std::vector<const std::string*> commands);
+                                                   std::vector<const std::string*> commands,
+                                                   ConnectionPtr& own);
   ~PolledCall();
   PolledCall(const PolledCall&) = delete;
   PolledCall& operator=(const PolledCall&) = delete;
@@ -191,9 +195,9 @@ class PolledCall {
   // Fails the call with kDeadlineExceeded (what had arrived was read).
   void expire();
   // The replies (one per command, errors replies included), or why they did not all come. The
-  // connection goes back to the pool when every reply came, else it is closed (and a failure,
+  // connection goes back to `own` when every reply came, else it is closed (and a failure,
   // other than a deadline, counted against the instance). Once only, after active() is false.
-  Result<std::vector<Reply>> finish();
+  Result<std::vector<Reply>> finish(ConnectionPtr& own);
 
  private:
   PolledCall(Instance& instance, std::vector<const std::string*> commands);

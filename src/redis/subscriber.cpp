@@ -43,6 +43,7 @@ struct ReleaseHub::Feed {
 // One instance's liveness write: at most one in flight, within its own deadline.
 struct ReleaseHub::Beat {
   std::unique_ptr<PolledCall> call;
+  ConnectionPtr connection;  // the writes' own, kept between them
   Clock::time_point due{};   // the call's deadline
   Clock::time_point sent{};  // when it was started
   bool forget = false;       // a DEL, not a SET
@@ -128,6 +129,7 @@ void ReleaseHub::run(const std::stop_token& stop) {
   // watch after an idle spell asks for one, alive_due_).
   Clock::time_point next_round = Clock::time_point::max();
   bool draining = false;  // stopping: only the last DELs are left to finish
+  bool spell = false;     // the Client had waiters at the last round: the key is kept
 
   auto connect_failed = [&](int i) {
     Feed& f = feeds[static_cast<std::size_t>(i)];
@@ -219,30 +221,46 @@ void ReleaseHub::run(const std::stop_token& stop) {
       }
     }
   };
+  // Starts instance i's write (SET, or DEL when `forget`); false when one is under way already
+  // or the instance cannot take it now (reconnect backoff, a name lookup under way).
   auto start_beat = [&](std::size_t i, bool forget) {
     Beat& b = beats[i];
-    if (b.call) return;  // the last one is still under way (within its bound)
-    auto call = PolledCall::start(*alive_on_[i], {forget ? &forget_command : &beat_command});
-    if (!call.ok()) return;  // reconnect backoff, or a lookup under way: the next round
+    if (b.call) return false;  // the last one is still under way (within its bound)
+    auto call =
+        PolledCall::start(*alive_on_[i], {forget ? &forget_command : &beat_command}, b.connection);
+    if (!call.ok()) return false;
     b.call = std::move(*call);
     b.sent = Clock::now();
     b.due = b.sent + beat_bound;
     b.forget = forget;
+    return true;
+  };
+  // A delete that could not start or did not succeed is owed: tried again a round later (not
+  // when stopping: the key's own 5 s end it then).
+  auto owe_delete = [&](std::size_t i) {
+    if (draining) return;
+    beats[i].stored = beats[i].sent;
+    if (next_round == Clock::time_point::max()) next_round = Clock::now() + kAliveEvery;
   };
   auto finish_beat = [&](std::size_t i) {
     Beat& b = beats[i];
-    auto replies = b.call->finish();
+    auto replies = b.call->finish(b.connection);
     b.call.reset();
+    const bool ok = replies.ok() && (*replies)[0]->type != REDIS_REPLY_ERROR;
     if (b.forget) {
-      // Waiters came back while the delete was under way (start_beat left them for it): their
-      // write now, not a round later.
-      if (!draining && next_round != Clock::time_point::max()) start_beat(i, /*forget=*/false);
+      if (!draining && spell) {
+        // Waiters came back while the delete was under way (start_beat left them for it):
+        // their write now, not a round later.
+        start_beat(i, /*forget=*/false);
+      } else if (!ok) {
+        owe_delete(i);
+      }
       return;
     }
-    if (!replies.ok() || (*replies)[0]->type == REDIS_REPLY_ERROR) return;
-    if (draining || next_round == Clock::time_point::max()) {
+    if (!ok) return;
+    if (draining || !spell) {
       // The waiters went (or the hub stops) while this write was under way: delete it again.
-      start_beat(i, /*forget=*/true);
+      if (!start_beat(i, /*forget=*/true)) owe_delete(i);
       return;
     }
     // The key may have expired since the last write: that instance may have dropped this
@@ -250,12 +268,19 @@ void ReleaseHub::run(const std::stop_token& stop) {
     if (b.stored && b.sent - *b.stored >= kAliveFor) board_.notify_all();
     b.stored = b.sent;
   };
+  // Deletes the key where it was stored; returns whether any delete is still owed (a write under
+  // way there, or an instance that cannot take it now).
   auto forget_stored = [&] {
+    bool owed = false;
     for (std::size_t i = 0; i < beats.size(); ++i) {
       if (!beats[i].stored) continue;
-      beats[i].stored.reset();
-      start_beat(i, /*forget=*/true);
+      if (start_beat(i, /*forget=*/true) || draining) {
+        beats[i].stored.reset();
+      } else {
+        owed = true;
+      }
     }
+    return owed;
   };
 
   std::vector<pollfd> fds;
@@ -273,14 +298,14 @@ void ReleaseHub::run(const std::stop_token& stop) {
         due = alive_due_;
         alive_due_ = false;
       }
-      if (due && next_round == Clock::time_point::max()) next_round = now;  // after idle
+      if (due && !spell) next_round = now;  // waiters after an idle spell: write at once
       if (now >= next_round) {
-        if (board_.watching()) {
+        spell = board_.watching();
+        if (spell) {
           for (std::size_t i = 0; i < beats.size(); ++i) start_beat(i, /*forget=*/false);
           next_round = now + kAliveEvery;
         } else {
-          forget_stored();
-          next_round = Clock::time_point::max();
+          next_round = forget_stored() ? now + kAliveEvery : Clock::time_point::max();
         }
       }
     }

@@ -17,7 +17,7 @@
 //
 // Places in line need no refresh by their waiters: while the Client has waiters, the hub keeps
 // the key "<wake channel>:alive" on every instance (kAliveFor, refreshed every kAliveEvery). The
-// same loop writes it, on the instances' pooled connections (PolledCall), each instance's write
+// same loop writes it, on a connection of its own per instance (PolledCall), each instance's write
 // bounded by the earlier of io_timeout and kAliveEvery and waiting for no other's; a place lives
 // while its Client is alive (scripts/queue.lua). A wake-up for an owner id that has no waiter
 // here (its leave of the queue never arrived) is handed to the stray handler, which sends the
