@@ -74,6 +74,14 @@ class Exchange {
     }
   }
 
+  // Out of time: fails with kDeadlineExceeded, naming what it was doing.
+  void expire() {
+    if (!active()) return;
+    fail(Status(Code::kDeadlineExceeded,
+                fmt::format("Redis at {} did not {} in time", connection->address(),
+                            phase == Phase::kOpening ? "finish connecting" : "answer")));
+  }
+
   void fail(Status why) {
     if (!active()) return;
     error = std::move(why);
@@ -165,13 +173,7 @@ void drive(std::vector<Exchange>& exchanges, Due&& due) {
     }
     const Clock::time_point now = Clock::now();
     for (std::size_t i : owners) {
-      if (exchanges[i].active() && due(i) <= now) {
-        const bool opening = exchanges[i].phase == Exchange::Phase::kOpening;
-        exchanges[i].fail(
-            Status(Code::kDeadlineExceeded,
-                   fmt::format("Redis at {} did not {} in time", exchanges[i].connection->address(),
-                               opening ? "finish connecting" : "answer")));
-      }
+      if (exchanges[i].active() && due(i) <= now) exchanges[i].expire();
     }
   }
 }
@@ -518,11 +520,7 @@ bool PolledCall::active() const { return exchange_ && exchange_->active(); }
 void PolledCall::on_events(short revents) { exchange_->on_events(revents); }
 
 void PolledCall::expire() {
-  if (!active()) return;
-  const bool opening = exchange_->phase == Exchange::Phase::kOpening;
-  exchange_->fail(Status(Code::kDeadlineExceeded,
-                         fmt::format("Redis at {} did not {} in time", instance_.address(),
-                                     opening ? "finish connecting" : "answer")));
+  if (exchange_) exchange_->expire();
 }
 
 Result<std::vector<Reply>> PolledCall::finish(ConnectionPtr& own) {

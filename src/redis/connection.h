@@ -174,9 +174,9 @@ class Exchange;
 // when set, else a new one whose connect, setup and commands progress without blocking, and
 // handed back there by finish() when every reply came). The instance's pool is left alone: a
 // call that borrowed its idle connection could make a concurrent fan_out count that instance as
-// reconnecting and leave it out. The caller polls fd()
-// for poll_events(), passes what poll reported to on_events(), calls expire() once its deadline
-// has passed, and finish() once active() is false.
+// reconnecting and leave it out. The caller polls fd() for poll_events(), passes what poll
+// reported to on_events(), calls expire() once its deadline has passed, and finish() once
+// active() is false.
 class PolledCall {
  public:
   // Not OK (and nothing sent) when the instance is in reconnect backoff, its addresses are not

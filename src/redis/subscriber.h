@@ -77,14 +77,14 @@ class ReleaseHub {
   // subscription.
   std::unique_ptr<ReleaseWatch> watch(const std::string& owner, Clock::time_point deadline);
 
-  // What the loop reports (public for its helpers; tests do not call them).
+ private:
+  // What the loop (run) reports.
   void on_subscribed(int instance);
   // payload: "<owner id woken> <lock key>" (or the owner id alone).
   void on_message(int instance, const std::string& payload);
   void on_connection(int instance, bool up);
   void on_connect_failed(int instance);
 
- private:
   struct Feed;  // one instance's subscribed connection (the loop's)
   struct Beat;  // one instance's liveness write (the loop's)
 
