@@ -406,10 +406,12 @@ void Instance::opened() {
   MutexLock lock(mu_);
   backoff_.connected();
   reconnects_.connected();
+  answering_ = true;
 }
 
 void Instance::open_failed(const Status& why) {
   MutexLock lock(mu_);
+  answering_ = false;
   if (backoff_.failed(why, Clock::now())) reconnects_.failed();
 }
 
@@ -457,9 +459,11 @@ void Instance::connect_in_background() {
     if (opened.ok()) {
       backoff_.connected();
       reconnects_.connected();
+      answering_ = true;
       idle_.push_back(std::move(*opened));
       return;
     }
+    answering_ = false;
     if (backoff_.failed(opened.status(), Clock::now())) reconnects_.failed();
   });
 }
@@ -467,11 +471,13 @@ void Instance::connect_in_background() {
 void Instance::checkin(ConnectionPtr connection) {
   constexpr std::size_t kMaxIdle = 32;
   MutexLock lock(mu_);
+  answering_ = true;
   if (idle_.size() < kMaxIdle) idle_.push_back(std::move(connection));
 }
 
 void Instance::note_failure() {
   MutexLock lock(mu_);
+  answering_ = false;
   idle_.clear();  // the server probably went away: drop connections that would fail the same way
   reconnects_.failed();
 }
@@ -481,6 +487,17 @@ std::string Instance::address() const { return endpoint_text(spec_.endpoint); }
 void Instance::drop_idle() {
   MutexLock lock(mu_);
   idle_.clear();
+}
+
+void Instance::note_unanswered() {
+  MutexLock lock(mu_);
+  answering_ = false;
+  idle_.clear();  // a server that let one connection wait would let the others wait as long
+}
+
+bool Instance::answering() const {
+  MutexLock lock(mu_);
+  return answering_;
 }
 
 PolledCall::PolledCall(Instance& instance, std::vector<const std::string*> commands)
@@ -555,20 +572,29 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
   const bool stalls = limits.stall > Clock::duration::zero();
   const Clock::time_point started = Clock::now();
   // 1. Queue every command for every instance on an idle connection, or on a new one that this
-  // loop opens. An instance without an idle connection is connected in the background when the
-  // others are enough without it (its connect must not hold up the round).
+  // loop opens. An instance without an idle connection that is not known to answer (reconnecting,
+  // or its last connection went unanswered) is connected in the background when the others are
+  // enough without it (its connect must not hold up the round). One that answers but whose
+  // connections are all in use by concurrent calls is connected here: leaving it out would cost
+  // a healthy instance its part of this call (a Redlock waiter its place in line there).
   std::vector<std::optional<ConnectionPtr>> idle(calls.size());
+  std::vector<bool> answering(calls.size(), false);
   std::size_t have_idle = 0;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].commands.empty()) continue;  // nothing for this instance
     idle[i] = calls[i].instance->checkout_idle();
-    if (idle[i]) have_idle++;
+    if (idle[i]) {
+      have_idle++;
+    } else {
+      answering[i] = calls[i].instance->answering();
+    }
   }
-  const bool connect_later =
+  const bool may_leave_out =
       limits.enough > 0 && limits.enough < calls.size() && have_idle >= limits.enough;
+  auto later = [&](std::size_t i) { return may_leave_out && !answering[i]; };
   // Names of the instances to connect here are looked up at once, each on a thread of its own.
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    if (!calls[i].commands.empty() && !idle[i] && !connect_later) calls[i].instance->start_lookup();
+    if (!calls[i].commands.empty() && !idle[i] && !later(i)) calls[i].instance->start_lookup();
   }
   std::vector<Exchange> exchanges;
   std::vector<std::size_t> call_of;  // exchange -> call
@@ -582,7 +608,7 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
     if (idle[i]) {
       exchanges.emplace_back(std::move(*idle[i]), std::vector<std::string>{}, &call.commands,
                              &call.replies);
-    } else if (connect_later) {
+    } else if (later(i)) {
       call.instance->connect_in_background();
       call.error = Status(Code::kUnavailable,
                           fmt::format("Redis at {}: reconnecting", call.instance->address()));
@@ -657,6 +683,8 @@ void fan_out_once(std::vector<InstanceCall>& calls, Clock::time_point deadline,
       call.instance->open_failed(exchange.error);
     } else if (exchange.error.code() != Code::kDeadlineExceeded) {
       call.instance->note_failure();  // the server probably went away
+    } else {
+      call.instance->note_unanswered();
     }
   }
 }

@@ -117,6 +117,14 @@ class Instance {
   void note_failure();
   // Drops the idle connections (without counting a failure): the next checkout opens a new one.
   void drop_idle();
+  // Records that a connection was closed because the instance did not answer in time (not a
+  // failure for ReconnectCounter: a slow server is not a broken one); drops the idle ones.
+  void note_unanswered();
+  // Whether the instance is known to answer: its last connection came back healthy (checkin) or
+  // was just opened, and none failed or went unanswered since. An instance without an idle
+  // connection that answers has them all in use by other calls: fan_out connects it within the
+  // call instead of leaving it out as reconnecting.
+  bool answering() const;
 
   const ConnectSpec& spec() const { return spec_; }
   // "127.0.0.1:7001" (or "[::1]:7001").
@@ -127,10 +135,11 @@ class Instance {
  private:
   ConnectSpec spec_;
   ReconnectCounter reconnects_;
-  Mutex mu_;
+  mutable Mutex mu_;
   std::vector<ConnectionPtr> idle_ FENCELOCK_GUARDED_BY(mu_);
   ReconnectBackoff backoff_ FENCELOCK_GUARDED_BY(mu_);
   bool connecting_ FENCELOCK_GUARDED_BY(mu_) = false;  // a background connect is running
+  bool answering_ FENCELOCK_GUARDED_BY(mu_) = false;   // see answering()
   AddressesPtr addresses_ FENCELOCK_GUARDED_BY(mu_);   // the last ones found
   Clock::time_point addresses_at_ FENCELOCK_GUARDED_BY(mu_);
   std::shared_ptr<Lookup> lookup_ FENCELOCK_GUARDED_BY(mu_);  // running, or its result not taken
@@ -160,8 +169,9 @@ struct PipelineLimits {
   // `enough_by` (or at once if it has passed), and at most `grace` after that moment, or as long
   // again as the majority took if that is longer (a slow network slows everyone alike): one
   // slow instance cannot hold the round open. With enough < the number of calls, an instance
-  // without an idle connection is connected in the background (and fails this call) when the
-  // others are enough without it.
+  // that is not answering() and has no idle connection is connected in the background (and
+  // fails this call) when the others are enough without it; one whose connections are all in
+  // use by other calls is connected within this call.
   std::size_t enough = 0;
   Clock::time_point enough_by = Clock::time_point::max();
   Clock::duration grace = Clock::duration::max();

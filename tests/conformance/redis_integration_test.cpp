@@ -981,6 +981,50 @@ TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) 
   EXPECT_LT(took, 20s) << "the paused instance held the round open";
 }
 
+// An instance whose pooled connection another call of the same Client holds is healthy: a
+// concurrent call connects it within the call instead of leaving it out as "reconnecting" (which
+// cost a Redlock waiter its place in line there, and so its turn). One whose last connection went
+// unanswered is still left out at once and connected in the background.
+TEST_F(RedlockFaults, AnInstanceWhoseConnectionIsInUseByAnotherCallIsConnectedNotLeftOut) {
+  using detail::redis::fan_out;
+  using detail::redis::PipelineLimits;
+  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
+  for (int i = 0; i < 3; ++i) {
+    detail::redis::ConnectSpec spec;
+    spec.endpoint = {"127.0.0.1", (*cluster_)[i].port()};
+    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
+  }
+  const std::string ping = detail::redis::format_command({"PING"});
+  std::vector<detail::redis::InstanceCall> calls(3);
+  for (int i = 0; i < 3; ++i) calls[i] = {instances[i].get(), {&ping}, {}, Status::Ok()};
+  fan_out(calls, Clock::now() + 60s);  // one pooled connection each
+  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+  auto held = instances[2]->checkout_idle();  // what a concurrent call of the Client does
+  ASSERT_TRUE(held.has_value());
+  fan_out(calls, Clock::now() + 60s, PipelineLimits{.enough = 2});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(calls[i].error.ok()) << i << ": " << calls[i].error.to_string();
+    EXPECT_TRUE(calls[i].sent) << i;
+    EXPECT_EQ(calls[i].replies.size(), 1u) << i;
+  }
+  instances[2]->checkin(std::move(*held));
+
+  // Stopped: the round gives it up once the majority answered, and the next round leaves it out
+  // at once instead of opening a connection that would wait the round's grace again.
+  (*cluster_)[2].pause();
+  const auto start = Clock::now();
+  fan_out(calls, start + 60s,
+          PipelineLimits{.stall = 30s, .enough = 2, .enough_by = start + 300ms});
+  EXPECT_EQ(calls[2].error.code(), Code::kDeadlineExceeded) << calls[2].error.to_string();
+  fan_out(calls, Clock::now() + 60s,
+          PipelineLimits{.stall = 30s, .enough = 2, .enough_by = Clock::now() + 30s});
+  (*cluster_)[2].resume();
+  EXPECT_TRUE(calls[0].error.ok() && calls[1].error.ok());
+  EXPECT_FALSE(calls[2].sent);
+  EXPECT_NE(calls[2].error.to_string().find("reconnecting"), std::string::npos)
+      << calls[2].error.to_string();
+}
+
 // A silent minority never eats the lease, with the default io_timeout (1 s): with one of three
 // instances stopped, 1 s acquisitions succeed with most of their validity left, and 1.2 s leases
 // stay held. Before, round 1 waited for the stopped instance until the validity ran out (half of
