@@ -97,6 +97,7 @@ void Renewer::add(const std::shared_ptr<LeaseState>& lease) {
     MutexLock watch(watch_mu_);
     const Clock::time_point fire_at = fire_time(*lease);
     fire_.schedule(lease, fire_at);
+    watchdog_linger_ = std::min(watchdog_linger_, fire_at);
     if (fire_at < watchdog_planned_) {
       ++watchdog_version_;
       watchdog_cv_.notify_all();
@@ -162,7 +163,14 @@ std::uint64_t Renewer::rounds() const {
 Renewer::Work Renewer::work_for_testing() const {
   MutexLock lock(inbox_mu_);
   MutexLock watch(watch_mu_);
-  return Work{watchdog_work_, renewal_work_};
+  return Work{watchdog_work_, renewal_work_, watchdog_wakes_, renew_wakes_};
+}
+
+bool Renewer::asleep_for_testing() const {
+  MutexLock lock(inbox_mu_);
+  MutexLock watch(watch_mu_);
+  return renew_planned_ != Clock::time_point::min() && renew_seen_ == renew_version_ &&
+         watchdog_planned_ != Clock::time_point::min() && watchdog_seen_ == watchdog_version_;
 }
 
 void Renewer::schedule_renewal(const std::shared_ptr<LeaseState>& lease) {
@@ -170,25 +178,33 @@ void Renewer::schedule_renewal(const std::shared_ptr<LeaseState>& lease) {
   joinable_.schedule(lease, lease->next_renew - lease->ttl / 6);
 }
 
-void Renewer::apply(std::vector<Posted>& posted) {
+Clock::time_point Renewer::apply(std::vector<Posted>& posted) {
+  Clock::time_point earliest = Clock::time_point::max();
   for (Posted& change : posted) {
     LeaseState& lease = *change.lease;
     if (change.remove) {
       lease.renewal_removed = true;  // keeps it out of the round in flight, if it is in one
       due_.remove(lease);
       joinable_.remove(lease);
-    } else if (!lease.renewal_removed) {
+      continue;
+    }
+    earliest = std::min(earliest, change.next_renew);
+    if (!lease.renewal_removed) {
       lease.next_renew = change.next_renew;
       schedule_renewal(change.lease);
     }
   }
   posted.clear();
+  return earliest;
 }
 
 void Renewer::renew_loop(std::stop_token stop) {
   std::vector<Posted> posted;
+  // The earliest renewal time of the leases added since this thread last planned (see below).
+  Clock::time_point linger = Clock::time_point::max();
   while (!stop.stop_requested()) {
-    apply(posted);  // outside inbox_mu_: add() and remove() never wait for it
+    // Outside inbox_mu_: add() and remove() never wait for it.
+    linger = std::min(linger, apply(posted));
     MutexLock lock(inbox_mu_);
     if (!inbox_.empty()) {
       posted.swap(inbox_);
@@ -196,15 +212,23 @@ void Renewer::renew_loop(std::stop_token stop) {
     }
     Clock::time_point next = Clock::time_point::max();
     if (!paused_ && !due_.empty()) next = due_.earliest();
+    // Nothing to renew, but leases came (and went, released) since the last plan: stay planned
+    // until the earliest renewal time they had instead of sleeping without a timeout, so that
+    // add() of the next lease, due later, need not wake this thread (a loop of short holds
+    // would otherwise cost a context switch per acquisition). add() still wakes it for a lease
+    // due sooner; a wake that finds no change sleeps without a timeout.
+    if (next == Clock::time_point::max() && !paused_ && linger > Clock::now()) next = linger;
+    linger = Clock::time_point::max();
     if (next > Clock::now()) {
-      std::uint64_t seen = renew_version_;
-      auto changed = [&]() FENCELOCK_REQUIRES(inbox_mu_) { return renew_version_ != seen; };
+      renew_seen_ = renew_version_;
+      auto changed = [&]() FENCELOCK_REQUIRES(inbox_mu_) { return renew_version_ != renew_seen_; };
       renew_planned_ = next;
       if (next == Clock::time_point::max()) {
         renew_cv_.wait(lock, stop, changed);
       } else {
         renew_cv_.wait_until(lock, stop, next, changed);
       }
+      ++renew_wakes_;
       renew_planned_ = Clock::time_point::min();  // awake: add() need not wake this thread
       continue;                                   // re-plan: the inbox may hold changes
     }
@@ -420,14 +444,21 @@ void Renewer::watchdog_loop(std::stop_token stop) {
       lock.lock();
       continue;
     }
-    std::uint64_t seen = watchdog_version_;
-    auto changed = [&]() FENCELOCK_REQUIRES(watch_mu_) { return watchdog_version_ != seen; };
+    watchdog_seen_ = watchdog_version_;
+    auto changed = [&]() FENCELOCK_REQUIRES(watch_mu_) {
+      return watchdog_version_ != watchdog_seen_;
+    };
     watchdog_planned_ = fire_.empty() ? Clock::time_point::max() : fire_.earliest();
-    if (fire_.empty()) {
+    // Nothing to watch, but leases came (and went) since the last plan: planned until the
+    // earliest of their fire times, so that add() of the next one need not wake this thread.
+    if (fire_.empty() && watchdog_linger_ > Clock::now()) watchdog_planned_ = watchdog_linger_;
+    watchdog_linger_ = Clock::time_point::max();
+    if (watchdog_planned_ == Clock::time_point::max()) {
       watchdog_cv_.wait(lock, stop, changed);
     } else {
       watchdog_cv_.wait_until(lock, stop, watchdog_planned_, changed);
     }
+    ++watchdog_wakes_;
     watchdog_planned_ = Clock::time_point::min();
   }
 }

@@ -72,8 +72,13 @@ class Renewer {
   struct Work {
     std::uint64_t watchdog = 0;  // leases whose lost() time came (fired, or found renewed)
     std::uint64_t renewal = 0;   // leases taken into a renewal round (or dropped there as lost)
+    std::uint64_t watchdog_wakes = 0;  // times the watchdog thread woke (notified or timed out)
+    std::uint64_t renewal_wakes = 0;   // likewise the renewal thread
   };
   Work work_for_testing() const;
+  // Whether both threads sleep having seen every wake-up sent to them (changes posted without
+  // one may wait in the inbox): a test's next step then finds them planned.
+  bool asleep_for_testing() const;
 
   // How long before valid_until() the watchdog fires lost(): absorbs the scheduling delay of the
   // watchdog thread itself. ttl/10, clamped to [2 ms, 50 ms]. Leases renewed in one round come
@@ -96,8 +101,9 @@ class Renewer {
   void renew_loop(std::stop_token stop);
   void watchdog_loop(std::stop_token stop);
   void run_round();
-  // Renewal thread only: applies posted changes to the renewal schedule.
-  void apply(std::vector<Posted>& posted);
+  // Renewal thread only: applies posted changes to the renewal schedule; returns the earliest
+  // renewal time among the leases added (released ones included), or max() if none.
+  Clock::time_point apply(std::vector<Posted>& posted);
   // Renewal thread only: queues a renewing lease for its renewal at lease->next_renew.
   void schedule_renewal(const std::shared_ptr<LeaseState>& lease);
   // Logs the leases whose renewal was not confirmed. REQUIRES: no lock held (the sink is user
@@ -140,6 +146,8 @@ class Renewer {
   std::uint64_t renewal_work_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
   Clock::time_point renew_planned_ FENCELOCK_GUARDED_BY(inbox_mu_) = Clock::time_point::min();
   std::uint64_t renew_version_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
+  std::uint64_t renew_seen_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;  // the version it slept on
+  std::uint64_t renew_wakes_ FENCELOCK_GUARDED_BY(inbox_mu_) = 0;
 
   // The renewal schedule: renewing leases by next_renew (when a round must start) and by
   // next_renew - ttl/6 (from when a lease may join a round). A lease in the round in flight is
@@ -156,6 +164,11 @@ class Renewer {
   std::uint64_t watchdog_work_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
   Clock::time_point watchdog_planned_ FENCELOCK_GUARDED_BY(watch_mu_) = Clock::time_point::min();
   std::uint64_t watchdog_version_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
+  std::uint64_t watchdog_seen_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;  // the version it slept on
+  std::uint64_t watchdog_wakes_ FENCELOCK_GUARDED_BY(watch_mu_) = 0;
+  // The earliest fire time of the leases added since the watchdog last planned: with nothing to
+  // watch it stays planned until then (as the renewal thread does, renew_loop).
+  Clock::time_point watchdog_linger_ FENCELOCK_GUARDED_BY(watch_mu_) = Clock::time_point::max();
 
   // What firing one lost lease costs (nanoseconds), measured on every batch the watchdog fires
   // and every renewal round's bookkeeping; 2 us until measured.
