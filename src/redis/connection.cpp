@@ -406,7 +406,6 @@ void Instance::opened() {
   MutexLock lock(mu_);
   backoff_.connected();
   reconnects_.connected();
-  answering_ = true;
 }
 
 void Instance::open_failed(const Status& why) {
@@ -459,7 +458,8 @@ void Instance::connect_in_background() {
     if (opened.ok()) {
       backoff_.connected();
       reconnects_.connected();
-      answering_ = true;
+      // Not answering() yet: the setup answered, but a server slower than a round's grace also
+      // does. Only a call's commands answered in time (checkin) say so.
       idle_.push_back(std::move(*opened));
       return;
     }

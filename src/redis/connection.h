@@ -120,8 +120,9 @@ class Instance {
   // Records that a connection was closed because the instance did not answer in time (not a
   // failure for ReconnectCounter: a slow server is not a broken one); drops the idle ones.
   void note_unanswered();
-  // Whether the instance is known to answer: its last connection came back healthy (checkin) or
-  // was just opened, and none failed or went unanswered since. An instance without an idle
+  // Whether the instance is known to answer: a connection came back from a call with every reply
+  // in time (checkin), and none failed or went unanswered since (an open connection alone does
+  // not count: a server slower than a round's grace opens them too). An instance without an idle
   // connection that answers has them all in use by other calls: fan_out connects it within the
   // call instead of leaving it out as reconnecting.
   bool answering() const;
