@@ -103,6 +103,7 @@ mkdir -p "$(dirname "$out")"
 
 cores=$(nproc)
 owner=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')  # 32 hex digits, like OwnerId::hex
+value=$owner$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')  # an attempt's lock value
 ttl_ms=10000
 # The shape of fencelock's default holder metadata (client_core.cpp, process_metadata).
 metadata=$(jq -nc --arg h "$(hostname)" --argjson p $$ '{host: $h, pid: $p, program: "fencelock"}')
@@ -137,18 +138,28 @@ rbench() {
     "$@" 2>"$tmp/rb.err" | tail -n 1 | awk -F'","' '{ print $(NF - 6) }'
 }
 
+# A script as the library embeds it: each "--@include NAME" line replaced by the file NAME beside
+# it (cmake/embed_generate.cmake).
+lua_script() {
+  awk -v dir="$(dirname "$1")" '/^--@include [A-Za-z0-9_.]+$/ {
+      f = dir "/" $2; while ((getline line < f) > 0) print line; close(f); next } { print }' "$1"
+}
+
 redis_ceiling() {
   local acquire_sha release_sha c n rate acq rel fences left k failed i
-  acquire_sha=$(rcli -x script load <src/redis/scripts/acquire.lua)
-  release_sha=$(rcli -x script load <src/redis/scripts/release.lua)
+  acquire_sha=$(lua_script src/redis/scripts/acquire.lua | rcli -x script load)
+  release_sha=$(lua_script src/redis/scripts/release.lua | rcli -x script load)
   local p="fencelock:{ceiling/__rand_int__}"
-  local acquire=(evalsha "$acquire_sha" 6 "$p" "$p:fence" "$p:holder" "$p:queue" "$p:queue_exp"
-    "$p:queue_wake" "$owner" "$ttl_ms" "$metadata" 0 "$(date +%s%3N)" "fencelock:wake:$owner")
-  local release=(evalsha "$release_sha" 5 "$p" "$p:holder" "$p:queue" "$p:queue_exp"
-    "$p:queue_wake" "$owner" 1)
+  # The attempt's lock value (owner + 16 hex digits, redis_backend.cpp) and its tombstone key;
+  # no releases owed (ARGV[8] = 0); a release's tombstone lives max(ttl, 60 s), as fencelock's.
+  local acquire=(evalsha "$acquire_sha" 7 "$p" "$p:fence" "$p:holder" "$p:queue" "$p:queue_exp"
+    "$p:queue_wake" "$p:dead:$value" "$owner" "$ttl_ms" "$metadata" 0 "$(date +%s%3N)"
+    "fencelock:wake:$owner" "$value" 0)
+  local release=(evalsha "$release_sha" 6 "$p" "$p:holder" "$p:queue" "$p:queue_exp"
+    "$p:queue_wake" "$p:dead:$value" "$owner" 1 "$value" $((ttl_ms > 60000 ? ttl_ms : 60000)))
   local method="redis-benchmark EVALSHA acquire.lua and release.lua, run separately, random keys;"
   method+=" cycles/s = 1 / (1/acquire_per_s + 1/release_per_s)"
-  # Lock and holder keys [from, to) held by the owner, as after acquire.lua.
+  # Lock and holder keys [from, to) holding the attempt's value, as after acquire.lua.
   local fill="for i = tonumber(ARGV[4]), tonumber(ARGV[5]) - 1 do
       local k = string.format('fencelock:{ceiling/%012d}', i)
       redis.call('SET', k, ARGV[1], 'PX', ARGV[2])
@@ -170,7 +181,7 @@ redis_ceiling() {
     rflush
     k=$((8 * n))
     for ((i = 0; i < k; i += 50000)); do
-      rcli eval "$fill" 0 "$owner" 600000 "$metadata" "$i" $((i + 50000 < k ? i + 50000 : k)) >/dev/null
+      rcli eval "$fill" 0 "$value" 600000 "$metadata" "$i" $((i + 50000 < k ? i + 50000 : k)) >/dev/null
     done
     rel=$(rbench "$c" "$n" "$k" "${release[@]}")
     left=$(rcount 'fencelock:{ceiling/*}')
