@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <optional>
 
+#include "core/errno_text.h"
+#include "core/log_internal.h"
 #include "core/mutex.h"
 #include "core/thread_name.h"
 #include "redis/script_replies.h"
@@ -21,6 +24,8 @@ namespace {
 constexpr milliseconds kHeartbeatEvery{1000};
 // How often a name lookup in progress is looked at (lookups run on threads of their own).
 constexpr milliseconds kLookupTick{20};
+// How often the loop wakes on its own when it has no eventfd to be woken by.
+constexpr milliseconds kNoWakeFdTick{50};
 
 }  // namespace
 
@@ -56,7 +61,16 @@ ReleaseHub::ReleaseHub(std::vector<ConnectSpec> instances, std::string wake_chan
     : wake_channel_(std::move(wake_channel)),
       confirm_timeout_(confirm_timeout),
       instances_(std::move(instances)),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (wake_fd_ < 0) {
+    // Out of file descriptors: nothing can interrupt the loop's poll(), so it wakes on its own
+    // every kNoWakeFdTick instead (run()): later, never lost.
+    log(LogLevel::kWarning,
+        "wake-up subscriber: no eventfd ({}); stop and new waiters are noticed "
+        "within {} ms",
+        errno_text(errno), kNoWakeFdTick.count());
+  }
+}
 
 ReleaseHub::~ReleaseHub() {
   stop();
@@ -377,7 +391,10 @@ void ReleaseHub::run(const std::stop_token& stop) {
         wake_at == Clock::time_point::max()
             ? milliseconds(-1)
             : std::max(std::chrono::ceil<milliseconds>(wake_at - Clock::now()), milliseconds(0));
-    const int wait = static_cast<int>(std::min<milliseconds::rep>(left.count(), 1 << 30));
+    int wait = static_cast<int>(std::min<milliseconds::rep>(left.count(), 1 << 30));
+    if (wake_fd_ < 0 && (wait < 0 || wait > kNoWakeFdTick.count())) {
+      wait = static_cast<int>(kNoWakeFdTick.count());  // nothing else would interrupt it
+    }
     if (::poll(fds.data(), fds.size(), wait) < 0) continue;  // EINTR
     if ((fds[0].revents & POLLIN) != 0) {
       std::uint64_t drained = 0;

@@ -3,6 +3,8 @@
 // an instance out of memory, a flushed script cache); an error reply to an inspection is an error
 // with its code, never "free"; a subscriber connection that dies without closing is noticed.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -301,6 +303,34 @@ int threads_named(const std::string& name) {
 // the loop saw the delete run out of time, and then slept in poll() with nothing left to wake
 // it, so the last Client handle's destructor (or the engine thread that dropped it) hung for
 // good, even after the instance came back.
+// A hub whose eventfd could not be made (the process was out of descriptors) has nothing to
+// interrupt its loop's poll(): it wakes on its own every 50 ms instead, so a watch is taken up
+// and stop() returns. Before, its loop slept with no timeout and the destructor hung for good.
+TEST(RedisSubscriber, AHubWithoutAnEventfdStillStops) {
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  std::vector<int> held;
+  rlimit low = old;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int fd = dup(2); fd >= 0; fd = dup(2)) held.push_back(fd);  // until EMFILE
+  auto hub = std::make_unique<detail::redis::ReleaseHub>(
+      std::vector<detail::redis::ConnectSpec>{}, detail::redis::wake_channel("no-eventfd"), 1s);
+  for (int fd : held) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  auto watch = hub->watch("0123456789abcdef0123456789abcdef", Clock::now() + 1s);
+  ASSERT_NE(watch, nullptr);
+  watch.reset();
+  auto stopped = std::make_shared<std::promise<void>>();
+  auto done = stopped->get_future();
+  // Detached: were stop() to hang, the test fails at the bound instead of hanging with it.
+  std::thread([hub = std::move(hub), stopped]() mutable {
+    hub.reset();
+    stopped->set_value();
+  }).detach();
+  EXPECT_EQ(done.wait_for(10s), std::future_status::ready) << "stop() never returned";
+}
+
 TEST(RedisSubscriber, AClientWithWaitersGoesWithinItsBoundWhileTheInstanceIsSilent) {
   auto server = RedisServer::start();
   torture::FaultProxy proxy("127.0.0.1", server->port());
