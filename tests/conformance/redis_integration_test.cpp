@@ -656,9 +656,44 @@ TEST(RedisRound2Script, RaisesTheCounterExactlyAndRefusesAMalformedOne) {
   EXPECT_EQ(raise("5"), "0") << "not the owner: no write-back";
 }
 
+using detail::redis::fan_out;
+using detail::redis::PipelineLimits;
+
+// fan_out's parts, for tests that drive it directly: an Instance per port, and one call of
+// `command` on each.
+std::vector<std::unique_ptr<detail::redis::Instance>> instances_on(
+    const std::vector<std::uint16_t>& ports) {
+  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
+  for (std::uint16_t port : ports) {
+    detail::redis::ConnectSpec spec;
+    spec.endpoint = {"127.0.0.1", port};
+    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
+  }
+  return instances;
+}
+
+std::vector<detail::redis::InstanceCall> calls_of(
+    const std::vector<std::unique_ptr<detail::redis::Instance>>& instances,
+    const std::string& command) {
+  std::vector<detail::redis::InstanceCall> calls(instances.size());
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    calls[i] = {instances[i].get(), {&command}, {}, Status::Ok()};
+  }
+  return calls;
+}
+
+// Runs `calls` once with no limits: every instance then has one idle, set-up connection.
+void pool_one_each(std::vector<detail::redis::InstanceCall>& calls) {
+  detail::redis::fan_out(calls, Clock::now() + 60s);
+  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+}
+
 class RedlockFaults : public ::testing::Test {
  protected:
   void SetUp() override { cluster_ = RedisCluster::start(3); }
+  std::vector<std::uint16_t> ports() const {
+    return {(*cluster_)[0].port(), (*cluster_)[1].port(), (*cluster_)[2].port()};
+  }
   std::unique_ptr<RedisCluster> cluster_;
 };
 
@@ -957,19 +992,10 @@ TEST(RedisFanOut, ALongPipelineRunsPastTheStallBoundWhileRepliesKeepComing) {
 // Once a majority has answered everything, a minority instance that is still busy or silent
 // gets only until `enough_by`: it cannot hold a renewal round open past the leases' validity.
 TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) {
-  using detail::redis::fan_out;
-  using detail::redis::PipelineLimits;
-  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
-  for (int i = 0; i < 3; ++i) {
-    detail::redis::ConnectSpec spec;
-    spec.endpoint = {"127.0.0.1", (*cluster_)[i].port()};
-    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
-  }
+  auto instances = instances_on(ports());
   const std::string ping = detail::redis::format_command({"PING"});
-  std::vector<detail::redis::InstanceCall> calls(3);
-  for (int i = 0; i < 3; ++i) calls[i] = {instances[i].get(), {&ping}, {}, Status::Ok()};
-  fan_out(calls, Clock::now() + 60s);  // pooled connections
-  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+  auto calls = calls_of(instances, ping);
+  ASSERT_NO_FATAL_FAILURE(pool_one_each(calls));
   (*cluster_)[2].pause();
   const auto start = Clock::now();
   fan_out(calls, start + 60s,
@@ -987,19 +1013,10 @@ TEST_F(RedlockFaults, ASlowMinorityCannotHoldARoundOpenOnceTheMajorityAnswered) 
 // cost a Redlock waiter its place in line there, and so its turn). One whose last connection went
 // unanswered is still left out at once and connected in the background.
 TEST_F(RedlockFaults, AnInstanceWhoseConnectionIsInUseByAnotherCallIsConnectedNotLeftOut) {
-  using detail::redis::fan_out;
-  using detail::redis::PipelineLimits;
-  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
-  for (int i = 0; i < 3; ++i) {
-    detail::redis::ConnectSpec spec;
-    spec.endpoint = {"127.0.0.1", (*cluster_)[i].port()};
-    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
-  }
+  auto instances = instances_on(ports());
   const std::string ping = detail::redis::format_command({"PING"});
-  std::vector<detail::redis::InstanceCall> calls(3);
-  for (int i = 0; i < 3; ++i) calls[i] = {instances[i].get(), {&ping}, {}, Status::Ok()};
-  fan_out(calls, Clock::now() + 60s);  // one pooled connection each
-  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+  auto calls = calls_of(instances, ping);
+  ASSERT_NO_FATAL_FAILURE(pool_one_each(calls));
   auto held = instances[2]->checkout_idle();  // what a concurrent call of the Client does
   ASSERT_TRUE(held.has_value());
   fan_out(calls, Clock::now() + 60s, PipelineLimits{.enough = 2});
@@ -1032,20 +1049,11 @@ TEST_F(RedlockFaults, AnInstanceWhoseConnectionIsInUseByAnotherCallIsConnectedNo
 // connection taken leaves the instance out again instead of opening one more and waiting the
 // grace on it (review: every round of 16 lockers paid the grace, p99 21 -> 120 ms).
 TEST_F(RedlockFaults, AnInstanceSlowerThanTheGraceIsNotTakenForAnsweringAfterABackgroundConnect) {
-  using detail::redis::fan_out;
-  using detail::redis::PipelineLimits;
   auto proxy = DelayProxy::start((*cluster_)[2].port());
-  std::vector<std::unique_ptr<detail::redis::Instance>> instances;
-  for (int i = 0; i < 3; ++i) {
-    detail::redis::ConnectSpec spec;
-    spec.endpoint = {"127.0.0.1", i == 2 ? proxy->port() : (*cluster_)[i].port()};
-    instances.push_back(std::make_unique<detail::redis::Instance>(spec));
-  }
+  auto instances = instances_on({(*cluster_)[0].port(), (*cluster_)[1].port(), proxy->port()});
   const std::string echo = detail::redis::format_command({"ECHO", "slow-instance"});
-  std::vector<detail::redis::InstanceCall> calls(3);
-  for (int i = 0; i < 3; ++i) calls[i] = {instances[i].get(), {&echo}, {}, Status::Ok()};
-  fan_out(calls, Clock::now() + 60s);
-  for (const auto& call : calls) ASSERT_TRUE(call.error.ok()) << call.error.to_string();
+  auto calls = calls_of(instances, echo);
+  ASSERT_NO_FATAL_FAILURE(pool_one_each(calls));
   proxy->delay("slow-instance", 2s);  // the setup (PING) passes at once; the commands do not
   auto round = [&] {
     const auto start = Clock::now();
