@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/mutex.h"
 #include "etcd/etcd_keys.h"
@@ -302,12 +303,17 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
   std::atomic<int> inside{0}, overlaps{0};
   fencelock::detail::Mutex mu;
   std::vector<std::uint64_t> tokens{lease->token().value()};
+  std::vector<std::string> errors;  // of the waiters that were not granted
   std::vector<std::jthread> threads;
   threads.reserve(waiters.size());
   for (auto& waiter : waiters) {
     threads.emplace_back([&, client = &waiter] {
       auto mine = client->acquire(key, {.ttl = 6s, .wait = 40s});
-      if (!mine.ok()) return;
+      if (!mine.ok()) {
+        fencelock::detail::MutexLock lock(mu);
+        errors.push_back(mine.status().to_string());
+        return;
+      }
       if (inside.fetch_add(1) != 0) overlaps++;
       {
         fencelock::detail::MutexLock lock(mu);
@@ -330,7 +336,8 @@ TEST_F(EtcdIntegration, ALeaderKilledUnderContentionHandsTheLockOnInOrderWithGro
   for (auto& thread : threads) thread.join();
   ASSERT_TRUE(released.ok()) << released.to_string();
   EXPECT_EQ(overlaps.load(), 0);
-  ASSERT_EQ(tokens.size(), 4u) << "not every waiter was granted after the failover";
+  ASSERT_EQ(tokens.size(), 4u) << "not every waiter was granted after the failover: "
+                               << fmt::format("{}", fmt::join(errors, "; "));
   EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
   EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end()) << "a token repeated";
 }
