@@ -91,6 +91,11 @@ void ReleaseHub::stop() {
   loop_.join();
 }
 
+void ReleaseHub::drop_wake_fd_for_testing() {
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
+}
+
 void ReleaseHub::wake_loop() {
   std::uint64_t one = 1;
   ssize_t n = write(wake_fd_, &one, sizeof one);

@@ -76,6 +76,9 @@ class ReleaseHub {
   // (bounded by confirm_timeout and `deadline`) until every connected instance confirmed the
   // subscription.
   std::unique_ptr<ReleaseWatch> watch(const std::string& owner, Clock::time_point deadline);
+  // Closes the eventfd, as if eventfd() had failed at construction (out of descriptors): for a
+  // test of the loop without it. Before the first watch() only.
+  void drop_wake_fd_for_testing();
 
  private:
   // What the loop (run) reports.
