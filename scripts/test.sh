@@ -42,7 +42,11 @@ case ${1:-} in
     #   lifetimes are what ASan is for, and every backend's own tests use the blocking API;
     # - CliSecrets.NoMalformedUri... (348 runs of the CLI at about 0.5 s of ASan start-up each:
     #   over 3 minutes): the URI parsers run under ASan in the unit tests and the fuzz targets.
-    ctest_args=(-E '^TortureCli[.]|^CliSecrets[.]NoMalformedUri|<Conformance/(memory|redis|redlock|postgres_lease|postgres_advisory|etcd)[.]')
+    # Left out because the slow ASan build makes it fail on timing, not on memory:
+    # - EtcdStreams.AfterTheMemberDiesTheStreamsReopenOnTheNextMember (a just-started 3-member
+    #   cluster under load: its watch did not show on the first member within 15 s in 3 of the
+    #   last CI runs; it passes in build/ and the other EtcdStreams tests drive the same streams).
+    ctest_args=(-E '^TortureCli[.]|^CliSecrets[.]NoMalformedUri|^EtcdStreams[.]AfterTheMemberDies|<Conformance/(memory|redis|redlock|postgres_lease|postgres_advisory|etcd)[.]')
     # verify_asan_link_order=0: torture workers run under LD_PRELOAD=libfaketime (clock faults).
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:verify_asan_link_order=0
     export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
