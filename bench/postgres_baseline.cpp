@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "postgres/advisory_key.h"
 #include "postgres_sql.h"
 
 namespace fencelock::bench {
@@ -19,10 +18,6 @@ PostgresBaseline::PostgresBaseline(const std::string& conninfo, bool advisory)
     PQfinish(conn_);
     throw std::runtime_error("baseline cannot connect to PostgreSQL: " + why);
   }
-  // advisory_try.sql tries only in a session with this mark (session_pool.h): fencelock's own
-  // sessions carry a random one; the baseline's is fixed.
-  PGresult* r = PQexec(conn_, "SELECT set_config('fencelock.session', 'baseline', false)");
-  PQclear(r);
 }
 
 PostgresBaseline::~PostgresBaseline() { PQfinish(conn_); }
@@ -30,15 +25,17 @@ PostgresBaseline::~PostgresBaseline() { PQfinish(conn_); }
 bool PostgresBaseline::cycle(const std::string& key) {
   std::string owner = fmt::format("{:032x}", ++counter_);
   if (advisory_) {
-    std::string k = std::to_string(detail::postgres::advisory_key(key));
-    const char* try_params[] = {k.c_str(), key.c_str(), owner.c_str(), "10000", "{}", "baseline"};
-    PGresult* r = PQexecParams(conn_, std::string(sql::advisory_try).c_str(), 6, nullptr,
-                               try_params, nullptr, nullptr, 0);
-    bool granted = PQresultStatus(r) == PGRES_TUPLES_OK && !PQgetisnull(r, 0, 0);
+    // The floor of an advisory lock: PostgreSQL's own lock and unlock and nothing else (no token,
+    // no holder note), as a program using advisory locks directly would run them.
+    const char* params[] = {key.c_str()};
+    PGresult* r = PQexecParams(conn_, "SELECT pg_advisory_lock(hashtext($1))", 1, nullptr, params,
+                               nullptr, nullptr, 0);
+    bool granted = PQresultStatus(r) == PGRES_TUPLES_OK;
     PQclear(r);
-    const char* unlock_params[] = {k.c_str()};
-    r = PQexecParams(conn_, "SELECT pg_advisory_unlock($1::bigint)", 1, nullptr, unlock_params,
-                     nullptr, nullptr, 0);
+    r = PQexecParams(conn_, "SELECT pg_advisory_unlock(hashtext($1))", 1, nullptr, params, nullptr,
+                     nullptr, 0);
+    granted = granted && PQresultStatus(r) == PGRES_TUPLES_OK &&
+              std::string_view(PQgetvalue(r, 0, 0)) == "t";
     PQclear(r);
     return granted;
   }

@@ -1,6 +1,8 @@
-// The bare-libpq baseline for PostgreSQL: the same two statements per cycle as fencelock (lease
-// mode: lease_acquire.sql, lease_release.sql; advisory mode: advisory_try.sql and
-// pg_advisory_unlock) on one connection with PQexecParams, and nothing else.
+// The bare-libpq baseline for PostgreSQL on one connection with PQexecParams, and nothing else.
+// Lease mode: the same two statements per cycle as fencelock (lease_acquire.sql,
+// lease_release.sql). Advisory mode: the floor of the mechanism, `SELECT
+// pg_advisory_lock(hashtext($1))` and `SELECT pg_advisory_unlock(hashtext($1))` (no token, no
+// holder note: what fencelock adds must cost no more than it saves).
 #pragma once
 
 #include <libpq-fe.h>

@@ -242,6 +242,23 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     return out;
   }
 
+  // The statements of every grant and release, prepared once per session (execute_prepared).
+  static const PreparedStatement& try_statement(bool shared) {
+    static const PreparedStatement kTry[2] = {
+        {"fencelock_try", for_mode(sql::advisory_try, false), 0},
+        {"fencelock_try_shared", for_mode(sql::advisory_try, true), 1}};
+    return kTry[shared ? 1 : 0];
+  }
+  static const PreparedStatement& unlock_statement(bool shared) {
+    static constexpr std::string_view kUnlock =
+        "SELECT pg_advisory_unlock($1::bigint) WHERE current_setting('fencelock.session', true) "
+        "= $2";
+    static const PreparedStatement kStatements[2] = {
+        {"fencelock_unlock", for_mode(kUnlock, false), 2},
+        {"fencelock_unlock_shared", for_mode(kUnlock, true), 3}};
+    return kStatements[shared ? 1 : 0];
+  }
+
   // Checks the session in, first running the unlocks that releases left with it.
   void finish(const std::shared_ptr<Session>& session, bool broken) {
     for (;;) {
@@ -263,11 +280,8 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
   bool unlock_grant(const std::shared_ptr<Session>& session, std::int64_t key, bool shared,
                     Clock::time_point deadline) {
     bool broken = false;
-    auto r = execute(session->conn.get(),
-                     for_mode("SELECT pg_advisory_unlock($1::bigint) WHERE "
-                              "current_setting('fencelock.session', true) = $2",
-                              shared),
-                     {std::to_string(key), session->mark}, deadline, broken);
+    auto r = execute_prepared(session->conn.get(), session->prepared, unlock_statement(shared),
+                              {std::to_string(key), session->mark}, deadline, broken);
     if (!r.ok() || broken) return false;
     if (PQntuples(r->get()) != 1) {
       log_not_kept();
@@ -334,6 +348,35 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
                     .message());
   }
 
+  // Raises the token epoch (advisory_epoch_bump.sql) on the checked-out `session`, after a
+  // statement found the token sequence without a valid one. The script runs two transactions
+  // and touches no advisory lock, so the session keeps what it holds. `broken`: the session
+  // could not be brought back to idle and must be closed. kPermissionDenied names the grant.
+  Status raise_epoch(const std::shared_ptr<Session>& session, Clock::time_point deadline,
+                     bool& broken) {
+    PGconn* c = session->conn.get();
+    auto r = execute(c, std::string(sql::advisory_epoch_bump), {}, deadline, broken,
+                     /*multi=*/true);
+    if (!broken && PQtransactionStatus(c) != PQTRANS_IDLE) {
+      bool rollback_broken = false;
+      auto rolled = execute(c, "ROLLBACK", {}, Clock::now() + options_.io_timeout, rollback_broken);
+      broken = !rolled.ok() || rollback_broken || PQtransactionStatus(c) != PQTRANS_IDLE;
+    }
+    if (r.ok()) {
+      detail::log(LogLevel::kInfo, "{}: raised the advisory token epoch", uri_.description);
+      return Status::Ok();
+    }
+    if (r.code() == Code::kPermissionDenied) {
+      return Status(Code::kPermissionDenied,
+                    fmt::format("cannot raise the advisory token epoch ({}): the role needs "
+                                "SELECT, INSERT, UPDATE on fencelock_advisory_epoch and USAGE, "
+                                "UPDATE on sequence fencelock_advisory_tokens; ask the owner to "
+                                "grant them (`fencelock migrate` prints the grants)",
+                                r.status().message()));
+    }
+    return r.status();
+  }
+
   // One try, its checkout and statement ending by the earlier of io_timeout and `until` (the
   // recovery after an ambiguous statement may take io_timeout more: it must leave nothing held).
   Result<Grant> try_once(const AcquireCall& call, std::int64_t key,
@@ -344,9 +387,24 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     if (!session.ok()) return session.status();
     bool broken = false;
     std::shared_future<void> cancel_done;
-    auto r = execute((*session)->conn.get(), for_mode(sql::advisory_try, call.shared),
-                     note_params(call, key, **session), bound, broken,
-                     /*multi=*/false, {}, &cancel_done);
+    auto r = execute_prepared((*session)->conn.get(), (*session)->prepared,
+                              try_statement(call.shared), note_params(call, key, **session), bound,
+                              broken, &cancel_done);
+    // No valid token epoch (a new sequence, or a crash or promotion reset the unlogged one):
+    // nothing was tried. Raise it and try again; a concurrent bump may take a turn more.
+    for (int bump = 0; r.ok() && bump < 3 && PQnfields(r->get()) == 3 &&
+                       std::string_view(PQgetvalue(r->get(), 0, 1)) == "t" &&
+                       std::string_view(PQgetvalue(r->get(), 0, 2)) != "t";
+         ++bump) {
+      auto raised = raise_epoch(*session, bound, broken);
+      if (!raised.ok()) {
+        finish(*session, broken);
+        return raised;
+      }
+      r = execute_prepared((*session)->conn.get(), (*session)->prepared,
+                           try_statement(call.shared), note_params(call, key, **session), bound,
+                           broken, &cancel_done);
+    }
     if (!r.ok()) {
       // Ambiguous: the statement may have taken the lock before it failed (a session-level lock
       // outlives its statement). The session may hold other leases' locks, so it is kept when
@@ -364,6 +422,11 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
       finish(*session, /*broken=*/true);  // nothing was tried; the session cannot be trusted
       return session_not_kept(
           "a statement ran in a server session that is not its connection's own");
+    }
+    if (std::string_view(PQgetvalue(r->get(), 0, 2)) != "t") {
+      finish(*session, broken);
+      return Status(Code::kUnavailable,
+                    "the advisory token sequence still had no valid epoch after raising it");
     }
     if (PQgetisnull(r->get(), 0, 0)) {
       finish(*session, broken);
@@ -438,8 +501,24 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     const Clock::time_point sent = Clock::now();
     auto noted = execute(c, std::string(sql::advisory_note), note_params(call, key, **session),
                          sent + options_.io_timeout, broken);
+    // No valid token epoch: nothing drawn; raise it (the session keeps the lock) and note again.
+    for (int bump = 0; noted.ok() && bump < 3 && PQgetisnull(noted->get(), 0, 0) &&
+                       std::string_view(PQgetvalue(noted->get(), 0, 1)) != "t";
+         ++bump) {
+      auto raised = raise_epoch(*session, sent + options_.io_timeout, broken);
+      if (!raised.ok()) {
+        finish(*session, true);  // closing the session releases the lock it just got
+        return raised;
+      }
+      noted = execute(c, std::string(sql::advisory_note), note_params(call, key, **session),
+                      sent + options_.io_timeout, broken);
+    }
     if (noted.ok() && PQgetisnull(noted->get(), 0, 0)) {
       finish(*session, true);
+      if (std::string_view(PQgetvalue(noted->get(), 0, 1)) != "t") {
+        return Status(Code::kUnavailable,
+                      "the advisory token sequence still had no valid epoch after raising it");
+      }
       return session_not_kept(
           "a statement ran in a server session that is not its connection's own");
     }

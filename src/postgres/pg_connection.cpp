@@ -255,9 +255,60 @@ std::shared_future<void> cancel_on_server(PGcancel* cancel) {
 
 }  // namespace
 
+namespace {
+
+// What execute() sends: a statement with parameters, a parameterless script, a prepared
+// statement's execution, or a statement to prepare.
+struct Send {
+  enum class Kind { kParams, kScript, kPrepared, kPrepare } kind;
+  const std::string& sql;  // the text, or for kPrepared the statement's name
+  const char* name = nullptr;  // kPrepare: the name to prepare it under
+};
+
+Result<ResultPtr> execute_sent(PGconn* c, const Send& what, const std::vector<std::string>& params,
+                               Clock::time_point deadline, bool& broken, std::stop_token stop,
+                               std::shared_future<void>* cancel_done);
+
+}  // namespace
+
 Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<std::string>& params,
                           Clock::time_point deadline, bool& broken, bool multi,
                           std::stop_token stop, std::shared_future<void>* cancel_done) {
+  return execute_sent(c, Send{multi ? Send::Kind::kScript : Send::Kind::kParams, sql}, params,
+                      deadline, broken, std::move(stop), cancel_done);
+}
+
+Result<ResultPtr> execute_prepared(PGconn* c, std::uint32_t& prepared, const PreparedStatement& ps,
+                                   const std::vector<std::string>& params,
+                                   Clock::time_point deadline, bool& broken,
+                                   std::shared_future<void>* cancel_done) {
+  const std::uint32_t bit = 1U << ps.slot;
+  if ((prepared & bit) == 0) {
+    auto made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, ps.name}, params, deadline,
+                             broken, {}, cancel_done);
+    if (!made.ok() && !broken && PQtransactionStatus(c) == PQTRANS_IDLE) {
+      // An earlier prepare that timed out may have completed after all (its connection was
+      // brought back by recover_after_timeout): drop it and prepare again, once.
+      const std::string drop = fmt::format("DEALLOCATE {}", ps.name);
+      auto dropped = execute_sent(c, Send{Send::Kind::kScript, drop}, {}, deadline, broken, {},
+                                  nullptr);
+      if (!dropped.ok()) return made;
+      made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, ps.name}, params, deadline, broken,
+                          {}, cancel_done);
+    }
+    if (!made.ok()) return made;
+    prepared |= bit;
+  }
+  const std::string name(ps.name);
+  return execute_sent(c, Send{Send::Kind::kPrepared, name}, params, deadline, broken, {},
+                      cancel_done);
+}
+
+namespace {
+
+Result<ResultPtr> execute_sent(PGconn* c, const Send& what, const std::vector<std::string>& params,
+                               Clock::time_point deadline, bool& broken, std::stop_token stop,
+                               std::shared_future<void>* cancel_done) {
   broken = true;  // until proven otherwise
   // Handed to cancel_on_server at most once (by a stop, or at the deadline), else freed here.
   std::atomic<PGcancel*> cancel(PQgetCancel(c));
@@ -271,9 +322,22 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   std::vector<const char*> values;
   values.reserve(params.size());
   for (const auto& p : params) values.push_back(p.c_str());
-  int sent = multi ? PQsendQuery(c, sql.c_str())
-                   : PQsendQueryParams(c, sql.c_str(), static_cast<int>(values.size()), nullptr,
-                                       values.data(), nullptr, nullptr, 0);
+  const int n = static_cast<int>(values.size());
+  int sent = 0;
+  switch (what.kind) {
+    case Send::Kind::kScript:
+      sent = PQsendQuery(c, what.sql.c_str());
+      break;
+    case Send::Kind::kParams:
+      sent = PQsendQueryParams(c, what.sql.c_str(), n, nullptr, values.data(), nullptr, nullptr, 0);
+      break;
+    case Send::Kind::kPrepared:
+      sent = PQsendQueryPrepared(c, what.sql.c_str(), n, values.data(), nullptr, nullptr, 0);
+      break;
+    case Send::Kind::kPrepare:
+      sent = PQsendPrepare(c, what.name, what.sql.c_str(), n, nullptr);
+      break;
+  }
   if (sent == 0) {
     on_stop.reset();
     free_unused();
@@ -328,6 +392,8 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
   broken = stop_cancelled || PQstatus(c) != CONNECTION_OK;
   return last;
 }
+
+}  // namespace
 
 bool recover_after_timeout(PGconn* c, const std::shared_future<void>& cancel_done,
                            Clock::time_point deadline) {

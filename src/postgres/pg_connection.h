@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -81,6 +82,22 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
                           Clock::time_point deadline, bool& broken, bool multi = false,
                           std::stop_token stop = {},
                           std::shared_future<void>* cancel_done = nullptr);
+
+// A statement a connection prepares on first use (execute_prepared): its name on the server,
+// its text, and its bit in the connection's `prepared` mask (slot < 32, one per statement).
+struct PreparedStatement {
+  const char* name;
+  std::string sql;
+  unsigned slot;
+};
+
+// As execute() for a statement with parameters, run as the prepared statement `ps`: prepared on
+// the connection first unless `prepared` (the connection's mask, kept by its owner) has its
+// bit, which it then sets. Parsed and planned once per connection instead of per call.
+Result<ResultPtr> execute_prepared(PGconn* c, std::uint32_t& prepared, const PreparedStatement& ps,
+                                   const std::vector<std::string>& params,
+                                   Clock::time_point deadline, bool& broken,
+                                   std::shared_future<void>* cancel_done = nullptr);
 
 // Maps a failed statement's SQLSTATE to a Status (42501 -> kPermissionDenied, ...).
 Status status_from_result(const PGresult* r);

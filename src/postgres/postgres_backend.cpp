@@ -68,14 +68,74 @@ Result<std::vector<std::string>> ensure_released_column(PgPool& pool, millisecon
   return ran;
 }
 
-// Creates the schema unless it exists, and for lease mode the `released` column.
-Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout,
-                                               bool lease_mode) {
+// Advisory mode's epoch tokens (advisory_epoch.sql): the epoch table, and on PostgreSQL 15 and
+// later the token sequence and the holders table unlogged, so that no grant waits for a WAL
+// flush. Without the epoch table no token can be drawn: kPermissionDenied names migrate. Where
+// this role may not make them unlogged, grants stay logged (every grant waits for a flush):
+// safe, slower, and said in a warning. A logged sequence beside an unlogged holders table
+// (made by hand) is refused: grants would then commit without a flush while the sequence's
+// own WAL record may not be flushed yet, and a crash could repeat tokens.
+Result<std::vector<std::string>> ensure_advisory_epoch(PgPool& pool, milliseconds timeout) {
+  std::vector<std::string> ran;
+  auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
+  if (!state.ok()) return state.status();
+  const PGresult* r = state->get();
+  const bool has_epoch = std::string_view(PQgetvalue(r, 0, 0)) == "t";
+  const bool sequence_logged = std::string_view(PQgetvalue(r, 0, 1)) == "p";
+  const bool holders_logged = std::string_view(PQgetvalue(r, 0, 2)) == "p";
+  const bool can_unlog = std::string_view(PQgetvalue(r, 0, 3)) == "t";
+  if (has_epoch && (!can_unlog || !sequence_logged) && (sequence_logged || !holders_logged)) {
+    return ran;  // done, or as far as this server goes
+  }
+  const Status mixed(Code::kInvalidArgument,
+                     "table fencelock_advisory_holders is UNLOGGED but sequence "
+                     "fencelock_advisory_tokens is not: grants would commit without waiting for "
+                     "the token's WAL record, and a crash could repeat tokens; run `ALTER TABLE "
+                     "fencelock_advisory_holders SET LOGGED` (or `fencelock migrate` as their "
+                     "owner, which makes both UNLOGGED)");
+  if (sequence_logged && !holders_logged && !can_unlog) return mixed;
+  std::string script(can_unlog ? sql::advisory_epoch : std::string_view{});
+  if (!can_unlog) {  // before PostgreSQL 15: the epoch table only, everything stays logged
+    script = "CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (id smallint PRIMARY KEY CHECK "
+             "(id = 1), epoch bigint NOT NULL CHECK (epoch >= 0))";
+  }
+  auto made = run(pool, script, {}, Clock::now() + timeout, /*multi=*/true);
+  if (made.ok()) {
+    ran.emplace_back(script);
+    return ran;
+  }
+  if (made.code() != Code::kPermissionDenied) return made.status();
+  if (sequence_logged && !holders_logged) return mixed;
+  if (!has_epoch) {
+    return Status(Code::kPermissionDenied,
+                  "this version of fencelock draws advisory tokens under an epoch kept in the "
+                  "table fencelock_advisory_epoch, which does not exist, and this role may not "
+                  "create it: ask the owner of fencelock's tables to run `fencelock migrate "
+                  "--backend URI` once");
+  }
+  detail::log(LogLevel::kWarning,
+              "fencelock_advisory_tokens and fencelock_advisory_holders are logged and this role "
+              "may not make them UNLOGGED: every advisory grant waits for a WAL flush (safe, "
+              "slower); ask their owner to run `fencelock migrate --backend URI` once");
+  return ran;
+}
+
+// Creates the schema unless it exists; for lease mode the `released` column, for advisory mode
+// the epoch tokens (migrate: both).
+Result<std::vector<std::string>> ensure_schema(PgPool& pool, milliseconds timeout, bool lease_mode,
+                                               bool advisory_mode) {
   auto ran = ensure_tables(pool, timeout);
-  if (!ran.ok() || !lease_mode) return ran;
-  auto added = ensure_released_column(pool, timeout);
-  if (!added.ok()) return added.status();
-  ran->insert(ran->end(), added->begin(), added->end());
+  if (!ran.ok()) return ran;
+  if (lease_mode) {
+    auto added = ensure_released_column(pool, timeout);
+    if (!added.ok()) return added.status();
+    ran->insert(ran->end(), added->begin(), added->end());
+  }
+  if (advisory_mode) {
+    auto added = ensure_advisory_epoch(pool, timeout);
+    if (!added.ok()) return added.status();
+    ran->insert(ran->end(), added->begin(), added->end());
+  }
   return ran;
 }
 
@@ -420,7 +480,7 @@ Result<std::unique_ptr<Backend>> make_postgres_backend(const std::string& uri,
                 split->description, postgres::kPollWithoutListen.count());
   }
   auto schema = postgres::ensure_schema(setup, options.connect_timeout + options.io_timeout,
-                                        split->mode == "lease");
+                                        split->mode == "lease", split->mode == "advisory");
   if (!schema.ok()) return schema.status();
   if (Status cached = postgres::check_token_sequences(setup, options.io_timeout); !cached.ok()) {
     return cached;
@@ -459,7 +519,7 @@ Result<std::vector<std::string>> migrate_postgres(const std::string& uri,
                               PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2),
                               PQgetvalue(r, 0, 3)));
   }
-  auto ran = postgres::ensure_schema(pool, timeout, /*lease_mode=*/true);
+  auto ran = postgres::ensure_schema(pool, timeout, /*lease_mode=*/true, /*advisory_mode=*/true);
   if (!ran.ok()) return ran.status();
   // The fence (PostgresFence) too, so that one migrate sets up everything, and upgrades a fence
   // of an older version (the COMMENT that fence_schema.sql sets): the file keeps every record.

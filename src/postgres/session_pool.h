@@ -48,6 +48,7 @@ namespace fencelock::detail::postgres {
 struct Session {
   ConnPtr conn;
   std::string mark;             // its fencelock.session (hex; set once, before it is shared)
+  std::uint32_t prepared = 0;   // statements prepared on it (execute_prepared; its user's)
   std::set<std::int64_t> held;  // advisory keys this session holds (pool mutex)
   bool busy = false;            // a statement runs on it (pool mutex)
   bool closed = false;          // its connection broke (pool mutex)

@@ -2,10 +2,16 @@
 -- grant, so tokens follow grant order) and note the holder.
 -- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON),
 -- $6 the session's mark (session_pool.h). Returns the token, or NULL (nothing drawn or noted)
--- when the statement ran in a server session without the mark.
-WITH token AS (
+-- when the statement ran in a server session without the mark or the token sequence had no
+-- valid epoch; and whether it had one (false: raise it, advisory_epoch_bump.sql, and run this
+-- again; the session still holds the lock).
+WITH valid AS MATERIALIZED (
+  SELECT coalesce(v >= 1099511627776 AND v & 1099511627775 < 1095216660480, false) AS ok
+    FROM pg_sequence_last_value('fencelock_advisory_tokens') AS v
+),
+     token AS (
   SELECT nextval('fencelock_advisory_tokens') AS value
-   WHERE current_setting('fencelock.session', true) = $6
+   WHERE current_setting('fencelock.session', true) = $6 AND (SELECT ok FROM valid)
 ),
      noted AS (
        INSERT INTO fencelock_advisory_holders AS h (key, name, owner, token, ttl_ms, holder, pid)
@@ -13,4 +19,4 @@ WITH token AS (
        ON CONFLICT (key) DO UPDATE
          SET name = EXCLUDED.name, owner = EXCLUDED.owner, token = EXCLUDED.token,
              ttl_ms = EXCLUDED.ttl_ms, holder = EXCLUDED.holder, pid = EXCLUDED.pid)
-SELECT (SELECT value FROM token)
+SELECT (SELECT value FROM token), (SELECT ok FROM valid)

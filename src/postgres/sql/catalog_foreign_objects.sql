@@ -12,6 +12,7 @@ SELECT o.kind, o.name, pg_get_userbyid(o.owner), current_user
          WHERE c.oid IN (to_regclass('fencelock_leases'), to_regclass('fencelock_tokens'),
                          to_regclass('fencelock_advisory_tokens'),
                          to_regclass('fencelock_advisory_holders'),
+                         to_regclass('fencelock_advisory_epoch'),
                          to_regclass('fencelock_fences'))
         UNION ALL
         SELECT 'function', p.proname::text, p.proowner

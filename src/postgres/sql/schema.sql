@@ -16,6 +16,9 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
 -- (postgres_backend.cpp, kAddReleased).
 -- Advisory mode: tokens, and who holds which advisory key (for inspect/list; a row counts only
 -- while pg_locks shows its session holding the key, so rows of dead sessions are harmless).
+-- Tokens are epoch * 2^40 + a count (docs/PROTOCOLS.md, advisory "Tokens"): the epoch grows
+-- durably in fencelock_advisory_epoch, the count in the sequence, which advisory_epoch.sql makes
+-- UNLOGGED where the server can (PostgreSQL 15), so that no grant waits for a WAL flush.
 CREATE SEQUENCE IF NOT EXISTS fencelock_advisory_tokens;
 CREATE TABLE IF NOT EXISTS fencelock_advisory_holders (
   key    bigint PRIMARY KEY,
@@ -25,4 +28,9 @@ CREATE TABLE IF NOT EXISTS fencelock_advisory_holders (
   ttl_ms bigint NOT NULL,
   holder jsonb,
   pid    integer NOT NULL
+)
+;
+CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (
+  id    smallint PRIMARY KEY CHECK (id = 1),
+  epoch bigint NOT NULL CHECK (epoch >= 0)
 )
