@@ -6,7 +6,9 @@
  *
  * What is modelled (each step names the code it abstracts):
  *  - One key: which server session holds its session-level advisory lock and how often
- *    (advisory locks stack per session), and the sequence fencelock_advisory_tokens.
+ *    (advisory locks stack per session), and the token count (fencelock_advisory_live, one
+ *    counter; the epoch that keeps tokens growing across crashes is not modelled here: see
+ *    docs/PROTOCOLS.md advisory "Tokens" and tests/conformance/postgres_epoch_test.cpp).
  *  - Three sessions (server backends with their connections): sessions 1 and 2 are the pool of
  *    client 0 (src/postgres/session_pool.h), session 3 the pool of client 1. A session runs one
  *    statement at a time; each statement's server step is atomic.

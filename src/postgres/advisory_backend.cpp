@@ -369,9 +369,9 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     if (r.code() == Code::kPermissionDenied) {
       return Status(Code::kPermissionDenied,
                     fmt::format("cannot raise the advisory token epoch ({}): the role needs "
-                                "SELECT, INSERT, UPDATE on fencelock_advisory_epoch and USAGE, "
-                                "UPDATE on sequence fencelock_advisory_tokens; ask the owner to "
-                                "grant them (`fencelock migrate` prints the grants)",
+                                "SELECT, INSERT, UPDATE on fencelock_advisory_epoch and "
+                                "fencelock_advisory_live; ask the owner to grant them "
+                                "(`fencelock migrate` prints the grants)",
                                 r.status().message()));
     }
     return r.status();
@@ -390,8 +390,8 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     auto r = execute_prepared((*session)->conn.get(), (*session)->prepared,
                               try_statement(call.shared), note_params(call, key, **session), bound,
                               broken, &cancel_done);
-    // No valid token epoch (a new sequence, or a crash or promotion reset the unlogged one):
-    // nothing was tried. Raise it and try again; a concurrent bump may take a turn more.
+    // No valid count (none yet, or a crash or promotion emptied the unlogged table): nothing
+    // was tried. Raise it and try again; a concurrent bump may take a turn more.
     for (int bump = 0; r.ok() && bump < 3 && PQnfields(r->get()) == 3 &&
                        std::string_view(PQgetvalue(r->get(), 0, 1)) == "t" &&
                        std::string_view(PQgetvalue(r->get(), 0, 2)) != "t";
@@ -426,7 +426,7 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     if (std::string_view(PQgetvalue(r->get(), 0, 2)) != "t") {
       finish(*session, broken);
       return Status(Code::kUnavailable,
-                    "the advisory token sequence still had no valid epoch after raising it");
+                    "the advisory token count still had no valid epoch after raising it");
     }
     if (PQgetisnull(r->get(), 0, 0)) {
       finish(*session, broken);
@@ -517,7 +517,7 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
       finish(*session, true);
       if (std::string_view(PQgetvalue(noted->get(), 0, 1)) != "t") {
         return Status(Code::kUnavailable,
-                      "the advisory token sequence still had no valid epoch after raising it");
+                      "the advisory token count still had no valid epoch after raising it");
       }
       return session_not_kept(
           "a statement ran in a server session that is not its connection's own");

@@ -68,55 +68,43 @@ Result<std::vector<std::string>> ensure_released_column(PgPool& pool, millisecon
   return ran;
 }
 
-// Advisory mode's epoch tokens (advisory_epoch.sql): the epoch table, and on PostgreSQL 15 and
-// later the token sequence and the holders table unlogged, so that no grant waits for a WAL
-// flush. Without the epoch table no token can be drawn: kPermissionDenied names migrate. Where
-// this role may not make them unlogged, grants stay logged (every grant waits for a flush):
-// safe, slower, and said in a warning. A logged sequence beside an unlogged holders table
-// (made by hand) is refused: grants would then commit without a flush while the sequence's
-// own WAL record may not be flushed yet, and a crash could repeat tokens.
+// Advisory mode's epoch tokens (advisory_epoch.sql): the epoch table, the unlogged count, and
+// the holders table unlogged, so that no grant waits for a WAL flush. Without the two tables no
+// token can be drawn: kPermissionDenied names migrate. Where this role may create them but not
+// make the holders table (of an earlier version) unlogged, every grant still waits for a flush:
+// safe, slower, and said in a warning.
 Result<std::vector<std::string>> ensure_advisory_epoch(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
   auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
   if (!state.ok()) return state.status();
-  const PGresult* r = state->get();
-  const bool has_epoch = std::string_view(PQgetvalue(r, 0, 0)) == "t";
-  const bool sequence_logged = std::string_view(PQgetvalue(r, 0, 1)) == "p";
-  const bool holders_logged = std::string_view(PQgetvalue(r, 0, 2)) == "p";
-  const bool can_unlog = std::string_view(PQgetvalue(r, 0, 3)) == "t";
-  if (has_epoch && (!can_unlog || !sequence_logged) && (sequence_logged || !holders_logged)) {
-    return ran;  // done, or as far as this server goes
-  }
-  const Status mixed(Code::kInvalidArgument,
-                     "table fencelock_advisory_holders is UNLOGGED but sequence "
-                     "fencelock_advisory_tokens is not: grants would commit without waiting for "
-                     "the token's WAL record, and a crash could repeat tokens; run `ALTER TABLE "
-                     "fencelock_advisory_holders SET LOGGED` (or `fencelock migrate` as their "
-                     "owner, which makes both UNLOGGED)");
-  if (sequence_logged && !holders_logged && !can_unlog) return mixed;
-  std::string script(can_unlog ? sql::advisory_epoch : std::string_view{});
-  if (!can_unlog) {  // before PostgreSQL 15: the epoch table only, everything stays logged
-    script = "CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (id smallint PRIMARY KEY CHECK "
-             "(id = 1), epoch bigint NOT NULL CHECK (epoch >= 0))";
-  }
-  auto made = run(pool, script, {}, Clock::now() + timeout, /*multi=*/true);
+  const bool has_tables = std::string_view(PQgetvalue(state->get(), 0, 0)) == "t";
+  const bool holders_logged = std::string_view(PQgetvalue(state->get(), 0, 1)) == "p";
+  if (has_tables && !holders_logged) return ran;
+  auto made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
+                  /*multi=*/true);
   if (made.ok()) {
-    ran.emplace_back(script);
+    ran.emplace_back(sql::advisory_epoch);
     return ran;
   }
   if (made.code() != Code::kPermissionDenied) return made.status();
-  if (sequence_logged && !holders_logged) return mixed;
-  if (!has_epoch) {
-    return Status(Code::kPermissionDenied,
-                  "this version of fencelock draws advisory tokens under an epoch kept in the "
-                  "table fencelock_advisory_epoch, which does not exist, and this role may not "
-                  "create it: ask the owner of fencelock's tables to run `fencelock migrate "
-                  "--backend URI` once");
+  if (!has_tables) {
+    // Perhaps only the holders table is not this role's: the two new tables alone.
+    std::string tables(sql::advisory_epoch);
+    tables = tables.substr(0, tables.find("ALTER TABLE")) + "COMMIT;";
+    auto created = run(pool, tables, {}, Clock::now() + timeout, /*multi=*/true);
+    if (!created.ok()) {
+      return Status(Code::kPermissionDenied,
+                    "this version of fencelock draws advisory tokens under an epoch kept in the "
+                    "tables fencelock_advisory_epoch and fencelock_advisory_live, which do not "
+                    "exist, and this role may not create them: ask the owner of fencelock's tables "
+                    "to run `fencelock migrate --backend URI` once");
+    }
+    ran.emplace_back(tables);
   }
   detail::log(LogLevel::kWarning,
-              "fencelock_advisory_tokens and fencelock_advisory_holders are logged and this role "
-              "may not make them UNLOGGED: every advisory grant waits for a WAL flush (safe, "
-              "slower); ask their owner to run `fencelock migrate --backend URI` once");
+              "fencelock_advisory_holders is logged and this role may not make it UNLOGGED: "
+              "every advisory grant waits for a WAL flush (safe, slower); ask its owner to run "
+              "`fencelock migrate --backend URI` once");
   return ran;
 }
 

@@ -200,11 +200,14 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
         ASSERT_FALSE(sender.empty());
         ASSERT_EQ(::kill(static_cast<pid_t>(std::stol(sender)), SIGSTOP), 0);
         // More than a sequence's 32 pre-logged values, so that a lagging standby's sequence is
-        // behind what was granted (asynchronous); a synchronous primary grants nothing now.
+        // behind what was granted (asynchronous); a synchronous primary grants nothing now in
+        // lease mode. Advisory grants write no WAL to wait for (their count is unlogged, under an
+        // epoch the standby already has): they go on, and the promoted standby raises the epoch.
         int granted_while_lagging = 0;
         for (int i = 0; i < (synchronous ? 2 : 40); ++i)
           granted_while_lagging += grant() == Code::kOk;
-        EXPECT_EQ(granted_while_lagging, synchronous ? 0 : 40);
+        const bool waits = synchronous && mode == "lease";
+        EXPECT_EQ(granted_while_lagging, waits ? 0 : (synchronous ? 2 : 40));
         primary->crash();  // its postmaster SIGKILLs the stopped sender after 5 s
       }
       standby->promote();
@@ -212,7 +215,10 @@ TEST(PostgresFailover, TokensStayAboveEveryGrantOnlyWithASynchronousStandby) {
       ASSERT_TRUE(after.ok()) << after.status().to_string();
       auto lease = after->acquire(*LockKey::make("failover"), {.ttl = 5s});
       ASSERT_TRUE(lease.ok()) << lease.status().to_string();
-      if (synchronous) {
+      if (synchronous || mode == "advisory") {
+        // Advisory mode, asynchronous: above too here, since no epoch was raised while the
+        // standby lagged (one raised then and lost with the primary would repeat tokens:
+        // docs/PROTOCOLS.md still asks for a synchronous standby).
         EXPECT_GT(lease->token().value(), highest_granted)
             << "a token at or below one already granted after a failover";
       } else {
@@ -398,7 +404,9 @@ TEST_F(PostgresLease, ALateCancelOfATimedOutTryCutsNoLaterStatementShort) {
   ASSERT_TRUE(holder.ok()) << holder.status().to_string();
   // The slow client's one session is open, so that the try below runs a statement on it.
   ASSERT_TRUE(slow->acquire(key("late-cancel/warm"), {.ttl = 30s})->release().ok());
-  proxy->delay("pg_try_advisory_lock($1::bigint)", 800ms);  // the try's text (not the wait's)
+  // The try's Bind message, which names its prepared statement (prepared on the session by the
+  // acquisition above; the wait's statement is not prepared).
+  proxy->delay(std::string("fencelock_try\0", 14), 800ms);
   auto tried = std::async(std::launch::async,
                           [&] { return slow->acquire(key("late-cancel/try"), {.ttl = 30s}); });
   ASSERT_TRUE(proxy->wait_held(1, 20s)) << "the try never reached the proxy";

@@ -19,8 +19,8 @@ namespace {
 constexpr const char* kPostgresGrants =
     "grant each role only what it needs (as the role that ran migrate):\n"
     "  lock clients, advisory mode: GRANT SELECT, INSERT, UPDATE, DELETE ON "
-    "fencelock_advisory_holders TO r; GRANT SELECT, INSERT, UPDATE ON fencelock_advisory_epoch "
-    "TO r; GRANT USAGE, UPDATE ON SEQUENCE fencelock_advisory_tokens TO r;\n"
+    "fencelock_advisory_holders TO r; GRANT SELECT, INSERT, UPDATE ON fencelock_advisory_epoch, "
+    "fencelock_advisory_live TO r; GRANT USAGE ON SEQUENCE fencelock_advisory_tokens TO r;\n"
     "  lock clients, lease mode:    GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_leases TO r; "
     "GRANT USAGE ON SEQUENCE fencelock_tokens TO r;\n"
     "  fenced writers:              GRANT EXECUTE ON FUNCTION fencelock_fence(text, numeric, "

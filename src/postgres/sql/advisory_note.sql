@@ -2,16 +2,16 @@
 -- grant, so tokens follow grant order) and note the holder.
 -- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON),
 -- $6 the session's mark (session_pool.h). Returns the token, or NULL (nothing drawn or noted)
--- when the statement ran in a server session without the mark or the token sequence had no
--- valid epoch; and whether it had one (false: raise it, advisory_epoch_bump.sql, and run this
--- again; the session still holds the lock).
+-- when the statement ran in a server session without the mark or there was no valid count; and
+-- whether there was one (false: raise the epoch, advisory_epoch_bump.sql, and run this again; the
+-- session still holds the lock).
 WITH valid AS MATERIALIZED (
-  SELECT coalesce(v >= 1099511627776 AND v & 1099511627775 < 1095216660480, false) AS ok
-    FROM pg_sequence_last_value('fencelock_advisory_tokens') AS v
+  SELECT EXISTS (SELECT 1 FROM fencelock_advisory_live WHERE id = 1 AND count < 1095216660480) AS ok
 ),
      token AS (
-  SELECT nextval('fencelock_advisory_tokens') AS value
-   WHERE current_setting('fencelock.session', true) = $6 AND (SELECT ok FROM valid)
+  UPDATE fencelock_advisory_live SET count = count + 1
+   WHERE id = 1 AND current_setting('fencelock.session', true) = $6 AND (SELECT ok FROM valid)
+  RETURNING (epoch << 40) + count AS value
 ),
      noted AS (
        INSERT INTO fencelock_advisory_holders AS h (key, name, owner, token, ttl_ms, holder, pid)

@@ -1,21 +1,24 @@
 -- Try the session-level advisory lock once; only if granted, draw the token in the same
--- statement and note the holder. Nothing is tried while the token sequence has no valid epoch
--- (advisory_epoch_bump.sql: its last value at least 2^40, its count below 2^40 - 2^32).
+-- statement and note the holder. Nothing is tried without a valid count (a row in
+-- fencelock_advisory_live below 2^40 - 2^32; advisory_epoch_bump.sql makes one).
 -- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON),
 -- $6 the session's mark (session_pool.h): nothing is tried in a server session without it.
 -- Returns one row: the token, or NULL when the lock is held by another session or nothing was
 -- tried; whether the statement ran in the marked session (false: a pooler moved it, nothing was
--- tried); whether the sequence had a valid epoch (false: nothing was tried; raise it and try
--- again).
+-- tried); whether there was a valid count (false: nothing was tried; raise the epoch and try
+-- again). The token is epoch * 2^40 + count, the count raised after the grant.
 WITH valid AS MATERIALIZED (
-  SELECT coalesce(v >= 1099511627776 AND v & 1099511627775 < 1095216660480, false) AS ok
-    FROM pg_sequence_last_value('fencelock_advisory_tokens') AS v
+  SELECT EXISTS (SELECT 1 FROM fencelock_advisory_live WHERE id = 1 AND count < 1095216660480) AS ok
 ),
-     granted AS (
+     granted AS MATERIALIZED (
   SELECT pg_try_advisory_lock($1::bigint) AS ok
    WHERE current_setting('fencelock.session', true) = $6 AND (SELECT ok FROM valid)
 ),
-     token AS (SELECT nextval('fencelock_advisory_tokens') AS value FROM granted WHERE ok),
+     token AS (
+  UPDATE fencelock_advisory_live SET count = count + 1
+   WHERE id = 1 AND coalesce((SELECT ok FROM granted), false)
+  RETURNING (epoch << 40) + count AS value
+),
      noted AS (
        INSERT INTO fencelock_advisory_holders AS h (key, name, owner, token, ttl_ms, holder, pid)
        SELECT $1::bigint, $2, $3, value, $4::bigint, $5::jsonb, pg_backend_pid() FROM token

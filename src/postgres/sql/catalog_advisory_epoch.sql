@@ -1,7 +1,5 @@
--- Where advisory mode's epoch tokens stand (advisory_epoch.sql). One row: whether the epoch table
--- exists; the persistence ('p' logged, 'u' unlogged) of the token sequence and of the holders
--- table; whether the server can make a sequence unlogged (PostgreSQL 15 and later).
-SELECT to_regclass('fencelock_advisory_epoch') IS NOT NULL,
-       (SELECT relpersistence FROM pg_class WHERE oid = to_regclass('fencelock_advisory_tokens')),
-       (SELECT relpersistence FROM pg_class WHERE oid = to_regclass('fencelock_advisory_holders')),
-       current_setting('server_version_num')::int >= 150000
+-- Where advisory mode's epoch tokens stand (advisory_epoch.sql). One row: whether the epoch and
+-- live tables exist; the persistence of the holders table ('p' logged, 'u' unlogged).
+SELECT to_regclass('fencelock_advisory_epoch') IS NOT NULL
+       AND to_regclass('fencelock_advisory_live') IS NOT NULL,
+       (SELECT relpersistence FROM pg_class WHERE oid = to_regclass('fencelock_advisory_holders'))

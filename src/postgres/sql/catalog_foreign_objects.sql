@@ -13,6 +13,7 @@ SELECT o.kind, o.name, pg_get_userbyid(o.owner), current_user
                          to_regclass('fencelock_advisory_tokens'),
                          to_regclass('fencelock_advisory_holders'),
                          to_regclass('fencelock_advisory_epoch'),
+                         to_regclass('fencelock_advisory_live'),
                          to_regclass('fencelock_fences'))
         UNION ALL
         SELECT 'function', p.proname::text, p.proowner

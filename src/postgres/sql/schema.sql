@@ -14,13 +14,15 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
 -- each with the server time (epoch ms) until which a late execution of that run grants nothing.
 -- A table made before it gets it from a lease-mode Client or `fencelock migrate`
 -- (postgres_backend.cpp, kAddReleased).
--- Advisory mode: tokens, and who holds which advisory key (for inspect/list; a row counts only
--- while pg_locks shows its session holding the key, so rows of dead sessions are harmless).
--- Tokens are epoch * 2^40 + a count (docs/PROTOCOLS.md, advisory "Tokens"): the epoch grows
--- durably in fencelock_advisory_epoch, the count in the sequence, which advisory_epoch.sql makes
--- UNLOGGED where the server can (PostgreSQL 15), so that no grant waits for a WAL flush.
+-- Advisory mode: who holds which advisory key (for inspect/list; a row counts only while pg_locks
+-- shows its session holding the key, so rows of dead sessions are harmless), and the tokens:
+-- epoch * 2^40 + a count (docs/PROTOCOLS.md, advisory "Tokens"). The epoch grows durably in
+-- fencelock_advisory_epoch; the count in the UNLOGGED fencelock_advisory_live, which a crash or a
+-- standby's promotion empties (the next grant then raises the epoch): no grant waits for a WAL
+-- flush. fencelock_advisory_tokens drew the tokens of earlier versions; the first epoch starts
+-- above them.
 CREATE SEQUENCE IF NOT EXISTS fencelock_advisory_tokens;
-CREATE TABLE IF NOT EXISTS fencelock_advisory_holders (
+CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_holders (
   key    bigint PRIMARY KEY,
   name   text NOT NULL,
   owner  text NOT NULL,
@@ -33,4 +35,10 @@ CREATE TABLE IF NOT EXISTS fencelock_advisory_holders (
 CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (
   id    smallint PRIMARY KEY CHECK (id = 1),
   epoch bigint NOT NULL CHECK (epoch >= 0)
+)
+;
+CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_live (
+  id    smallint PRIMARY KEY CHECK (id = 1),
+  epoch bigint NOT NULL CHECK (epoch > 0),
+  count bigint NOT NULL CHECK (count >= 0)
 )
