@@ -387,9 +387,9 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
     if (!session.ok()) return session.status();
     bool broken = false;
     std::shared_future<void> cancel_done;
-    auto r = execute_prepared((*session)->conn.get(), (*session)->prepared,
-                              try_statement(call.shared), note_params(call, key, **session), bound,
-                              broken, &cancel_done);
+    auto r =
+        execute_prepared((*session)->conn.get(), (*session)->prepared, try_statement(call.shared),
+                         note_params(call, key, **session), bound, broken, &cancel_done);
     // No valid count (none yet, or a crash or promotion emptied the unlogged table): nothing
     // was tried. Raise it and try again; a concurrent bump may take a turn more.
     for (int bump = 0; r.ok() && bump < 3 && PQnfields(r->get()) == 3 &&
@@ -401,9 +401,8 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
         finish(*session, broken);
         return raised;
       }
-      r = execute_prepared((*session)->conn.get(), (*session)->prepared,
-                           try_statement(call.shared), note_params(call, key, **session), bound,
-                           broken, &cancel_done);
+      r = execute_prepared((*session)->conn.get(), (*session)->prepared, try_statement(call.shared),
+                           note_params(call, key, **session), bound, broken, &cancel_done);
     }
     if (!r.ok()) {
       // Ambiguous: the statement may have taken the lock before it failed (a session-level lock

@@ -261,7 +261,7 @@ namespace {
 // statement's execution, or a statement to prepare.
 struct Send {
   enum class Kind { kParams, kScript, kPrepared, kPrepare } kind;
-  const std::string& sql;  // the text, or for kPrepared the statement's name
+  const std::string& sql;      // the text, or for kPrepared the statement's name
   const char* name = nullptr;  // kPrepare: the name to prepare it under
 };
 
@@ -290,8 +290,8 @@ Result<ResultPtr> execute_prepared(PGconn* c, std::uint32_t& prepared, const Pre
       // An earlier prepare that timed out may have completed after all (its connection was
       // brought back by recover_after_timeout): drop it and prepare again, once.
       const std::string drop = fmt::format("DEALLOCATE {}", ps.name);
-      auto dropped = execute_sent(c, Send{Send::Kind::kScript, drop}, {}, deadline, broken, {},
-                                  nullptr);
+      auto dropped =
+          execute_sent(c, Send{Send::Kind::kScript, drop}, {}, deadline, broken, {}, nullptr);
       if (!dropped.ok()) return made;
       made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, ps.name}, params, deadline, broken,
                           {}, cancel_done);
@@ -455,7 +455,10 @@ Result<ConnPtr> PgPool::checkout(Clock::time_point deadline, bool* reused) {
 void PgPool::checkin(ConnPtr c, bool healthy) {
   while (PGnotify* note = PQnotifies(c.get())) PQfreemem(note);
   MutexLock lock(mu_);
-  if (healthy && PQstatus(c.get()) == CONNECTION_OK) {
+  // A script that failed inside its BEGIN block leaves the connection in a failed transaction,
+  // which would refuse every later statement: not kept.
+  if (healthy && PQstatus(c.get()) == CONNECTION_OK &&
+      PQtransactionStatus(c.get()) == PQTRANS_IDLE) {
     idle_.push_back(std::move(c));
   } else {
     // A broken connection usually means the server went away: the idle ones would fail the

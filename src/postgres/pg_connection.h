@@ -12,8 +12,8 @@
 #include <libpq-fe.h>
 
 #include <chrono>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <stop_token>

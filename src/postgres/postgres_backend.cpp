@@ -75,16 +75,23 @@ Result<std::vector<std::string>> ensure_released_column(PgPool& pool, millisecon
 // safe, slower, and said in a warning.
 Result<std::vector<std::string>> ensure_advisory_epoch(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
-  auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
-  if (!state.ok()) return state.status();
-  const bool has_tables = std::string_view(PQgetvalue(state->get(), 0, 0)) == "t";
-  const bool holders_logged = std::string_view(PQgetvalue(state->get(), 0, 1)) == "p";
-  if (has_tables && !holders_logged) return ran;
-  auto made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
-                  /*multi=*/true);
-  if (made.ok()) {
-    ran.emplace_back(sql::advisory_epoch);
-    return ran;
+  bool has_tables = false;
+  Result<ResultPtr> made = Status(Code::kInternal, "not run");
+  // A concurrent creator can make CREATE ... IF NOT EXISTS fail with a unique violation on the
+  // catalog: one more look settles it.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
+    if (!state.ok()) return state.status();
+    has_tables = std::string_view(PQgetvalue(state->get(), 0, 0)) == "t";
+    const bool holders_logged = std::string_view(PQgetvalue(state->get(), 0, 1)) == "p";
+    if (has_tables && !holders_logged) return ran;
+    made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
+               /*multi=*/true);
+    if (made.ok()) {
+      ran.emplace_back(sql::advisory_epoch);
+      return ran;
+    }
+    if (made.code() == Code::kPermissionDenied) break;
   }
   if (made.code() != Code::kPermissionDenied) return made.status();
   if (!has_tables) {

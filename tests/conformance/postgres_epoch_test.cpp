@@ -1,7 +1,7 @@
 // PostgreSQL advisory mode's epoch tokens (docs/PROTOCOLS.md, advisory "Tokens"): the count
 // lives in an UNLOGGED table, so that no grant waits for a WAL flush, and the epoch above it is
-// raised durably whenever a crash or a promotion emptied that table. Against a real PostgreSQL 15: a
-// crash of one backend (the postmaster resets unlogged relations without restarting), a database
+// raised durably whenever a crash or a promotion emptied that table. Against a real PostgreSQL 15:
+// a crash of one backend (the postmaster resets unlogged relations without restarting), a database
 // made by an earlier version, a count near its end, concurrent raises.
 #include <gtest/gtest.h>
 
@@ -134,10 +134,10 @@ TEST_F(PostgresEpoch, ADatabaseOfAnEarlierVersionIsUpgradedAndTokensKeepGrowing)
       "NULL, expires_at timestamptz NOT NULL, holder jsonb, released jsonb); "
       "SELECT setval('fencelock_advisory_tokens', 123456); "
       "ALTER TABLE fencelock_advisory_holders OWNER TO " +
-      server_->options().user +
-      "; ALTER SEQUENCE fencelock_advisory_tokens OWNER TO " + server_->options().user +
-      "; ALTER TABLE fencelock_leases OWNER TO " + server_->options().user +
-      "; ALTER SEQUENCE fencelock_tokens OWNER TO " + server_->options().user);
+      server_->options().user + "; ALTER SEQUENCE fencelock_advisory_tokens OWNER TO " +
+      server_->options().user + "; ALTER TABLE fencelock_leases OWNER TO " +
+      server_->options().user + "; ALTER SEQUENCE fencelock_tokens OWNER TO " +
+      server_->options().user);
   Client client = connect();
   const std::uint64_t token = grant(client, "epoch/upgraded");
   EXPECT_GT(token, 123456U);
