@@ -38,7 +38,8 @@
 #   as fencelock) -c C -j min(2,C) -T SECONDS, one pgbench transaction = one cycle, two
 #   autocommitted statements, the library's own SQL with $N replaced by pgbench variables:
 #   - advisory: src/postgres/sql/advisory_try.sql, then SELECT pg_advisory_unlock($1::bigint)
-#     (advisory_backend.cpp); checked: fencelock_advisory_tokens draws / cycles = granted_fraction
+#     (advisory_backend.cpp); checked: draws of the count (fencelock_advisory_live) / cycles =
+#     granted_fraction
 #     (drawn only on a grant), no "you don't own a lock" WARNING.
 #   - lease: src/postgres/sql/lease_acquire.sql, then lease_release.sql (postgres_backend.cpp);
 #     checked: fencelock_tokens draws - cycles = grants (the INSERT's VALUES draws one per call,
@@ -217,15 +218,17 @@ pg_statement() {
 }
 
 pg_ceiling() {
-  local label=$1 script=$tmp/$1.sql seq method c free j log tps n before after grants warnings
+  local label=$1 script=$tmp/$1.sql drawn method c free j log tps n before after grants warnings
   echo '\set k :client_id + 7100000000' >"$script"
   if [[ $label == pg_advisory ]]; then
-    seq=fencelock_advisory_tokens
+    drawn="SELECT (epoch << 40) + count FROM fencelock_advisory_live"
+    # The count needs an epoch (a fencelock client raises it on its first grant; pgbench cannot).
+    pg -f src/postgres/sql/advisory_epoch_bump.sql >/dev/null
     pg_statement src/postgres/sql/advisory_try.sql k k owner ttl meta >>"$script"
     echo 'SELECT pg_advisory_unlock(:k::bigint);' >>"$script"
     method="pgbench -M extended: advisory_try.sql + pg_advisory_unlock, one key per client"
   else
-    seq=fencelock_tokens
+    drawn="SELECT last_value FROM fencelock_tokens"
     pg_statement src/postgres/sql/lease_acquire.sql k owner ttl meta >>"$script"
     pg_statement src/postgres/sql/lease_release.sql k owner >>"$script"
     method="pgbench -M extended: lease_acquire.sql + lease_release.sql, one key per client"
@@ -247,12 +250,12 @@ pg_ceiling() {
     # Warm-up: every client's row exists afterwards (updated, not inserted, from then on).
     "${bench[@]}" -c "$c" -j "$j" -t 1 "$FENCELOCK_PG_URI" >"$log" 2>&1 ||
       { say "$label, $c clients: warm-up failed: $(tail -n 3 "$log")"; continue; }
-    before=$(pg -c "SELECT last_value FROM $seq")
+    before=$(pg -c "$drawn")
     if ! "${bench[@]}" -c "$c" -j "$j" -T "$seconds" "$FENCELOCK_PG_URI" >"$log" 2>&1; then
       say "$label, $c clients: pgbench failed: $(tail -n 3 "$log")"
       continue
     fi
-    after=$(pg -c "SELECT last_value FROM $seq")
+    after=$(pg -c "$drawn")
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$log")
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$log")
     warnings=$(grep -c WARNING "$log" || true)

@@ -302,11 +302,12 @@ postgres_standby_start() {
 }
 
 # Crashes the primary after LAG seconds of stalled replication and promotes the standby.
-# The fencing tokens drawn so far from both of fencelock's sequences (0 before any draw).
+# The fencing tokens drawn so far: lease mode's sequence and advisory mode's count in its current
+# epoch (0 before any draw).
 postgres_tokens_drawn() {
   psql -X -w -q -At -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$PG_DATABASE" -c \
-    "SELECT coalesce(sum(last_value), 0) FROM pg_sequences
-     WHERE sequencename IN ('fencelock_tokens', 'fencelock_advisory_tokens')" 2>/dev/null || echo 0
+    "SELECT coalesce((SELECT last_value FROM pg_sequences WHERE sequencename = 'fencelock_tokens'), 0)
+          + coalesce((SELECT sum(count) FROM fencelock_advisory_live), 0)" 2>/dev/null || echo 0
 }
 
 postgres_failover() {

@@ -147,14 +147,19 @@ TEST(TortureCli, RedlockIsSafeUnderAdminDeletesAStalledMinorityAndADelayedComman
 class PostgresPair {
  public:
   // failover_min_draws: the failover's stall lasts until that many tokens were drawn in it.
-  explicit PostgresPair(bool synchronous, int failover_min_draws = 0)
+  // standby false: the primary alone, with a WAL writer that flushes only every 10 s (a crash
+  // loses the commits of the last seconds), for server-kill.
+  explicit PostgresPair(bool synchronous, int failover_min_draws = 0, bool standby = true)
       : dir_(make_temp_dir("fencelock-torture-failover-")),
-        env_{"FENCELOCK_SERVICES=postgres",
-             "FENCELOCK_STATE_DIR=" + dir_ + "/state",
+        env_{"FENCELOCK_SERVICES=postgres", "FENCELOCK_STATE_DIR=" + dir_ + "/state",
              fmt::format("FENCELOCK_PG_PORT={}", free_loopback_port()),
-             fmt::format("FENCELOCK_PG_STANDBY_PORT={}", free_loopback_port()),
              std::string("FENCELOCK_PG_SYNC=") + (synchronous ? "1" : "0"),
              fmt::format("FENCELOCK_PG_FAILOVER_MIN_DRAWS={}", failover_min_draws)} {
+    if (standby) {
+      env_.push_back(fmt::format("FENCELOCK_PG_STANDBY_PORT={}", free_loopback_port()));
+    } else {
+      env_.push_back("FENCELOCK_PG_WAL_WRITER_DELAY=10s");
+    }
     // As root the servers run as the OS user postgres, which must reach the state directory.
     std::filesystem::permissions(dir_, std::filesystem::perms::owner_all |
                                            std::filesystem::perms::group_exec |
@@ -252,6 +257,25 @@ TEST(TortureCli, ServerKillWithoutPersistenceKeepsTokensMonotonicOnRedisAndRedlo
     EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
     EXPECT_GT(r.value("grants", 0), 10) << r.dump();
   }
+}
+
+// Advisory mode's count lives in an unlogged table (no WAL flush per grant) under a durable
+// epoch: each crash (an immediate shutdown of the only server, whose WAL writer lags 10 s)
+// empties it, and the next grant must raise the epoch above every token before.
+TEST(TortureCli, ServerKillKeepsPostgresAdvisoryTokensMonotonic) {
+  PostgresPair server(/*synchronous=*/false, 0, /*standby=*/false);
+  const std::string sep = server.uri().find('?') == std::string::npos ? "?" : "&";
+  RunResult run = run_cli(
+      {"torture", "--backend", server.uri() + sep + "mode=advisory", "--json", "--workers", "3",
+       "--duration", "16s", "--faults", "server-kill", "--server-control", FENCELOCK_SERVERS_SH},
+      server.env(), std::chrono::minutes(2));
+  auto r = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(r.is_object()) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.exit_code, 0) << r.dump();
+  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
+  EXPECT_EQ(r.value("token_violations", -1), 0) << r.dump();
+  EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
+  EXPECT_GT(r.value("grants", 0), 10) << r.dump();
 }
 
 nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mode,

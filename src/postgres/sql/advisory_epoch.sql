@@ -3,6 +3,7 @@
 -- that no grant writes WAL that must be flushed. Run by postgres_backend.cpp where
 -- catalog_advisory_epoch.sql says it is needed, and by `fencelock migrate`.
 BEGIN;
+SET LOCAL client_min_messages = warning;  -- no "already exists, skipping" notices
 CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (
   id    smallint PRIMARY KEY CHECK (id = 1),
   epoch bigint NOT NULL CHECK (epoch >= 0)
