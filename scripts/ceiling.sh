@@ -223,7 +223,10 @@ pg_ceiling() {
   if [[ $label == pg_advisory ]]; then
     drawn="SELECT (epoch << 40) + count FROM fencelock_advisory_live"
     # The count needs an epoch (a fencelock client raises it on its first grant; pgbench cannot).
-    pg -f src/postgres/sql/advisory_epoch_bump.sql >/dev/null
+    local epoch
+    epoch=$(pg -f src/postgres/sql/advisory_epoch_raise.sql)
+    [[ -z $epoch ]] || pg -c "$(grep -v '^--' src/postgres/sql/advisory_epoch_live.sql |
+      sed "s/\$1::bigint/$epoch/")" >/dev/null
     pg_statement src/postgres/sql/advisory_try.sql k k owner ttl meta >>"$script"
     echo 'SELECT pg_advisory_unlock(:k::bigint);' >>"$script"
     method="pgbench -M extended: advisory_try.sql + pg_advisory_unlock, one key per client"

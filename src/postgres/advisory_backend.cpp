@@ -348,33 +348,61 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
                     .message());
   }
 
-  // Raises the token epoch (advisory_epoch_bump.sql) on the checked-out `session`, after a
-  // statement found the token sequence without a valid one. The script runs two transactions
-  // and touches no advisory lock, so the session keeps what it holds. `broken`: the session
-  // could not be brought back to idle and must be closed. kPermissionDenied names the grant.
+  // Raises the token epoch on the checked-out `session`, after a statement found no valid count:
+  // advisory_epoch_raise.sql, then, only if that commit came back in time and without a warning
+  // (a commit whose wait for a synchronous standby was cancelled, by our own deadline or by
+  // anyone's pg_cancel_backend, is visible all the same, and its epoch may be missing on the
+  // standby), advisory_epoch_live.sql with exactly the epoch it returned. Both are autocommitted
+  // and touch no advisory lock, so the session keeps what it holds. `broken`: the session must
+  // be closed. kPermissionDenied names the grants.
   Status raise_epoch(const std::shared_ptr<Session>& session, Clock::time_point deadline,
                      bool& broken) {
     PGconn* c = session->conn.get();
-    auto r = execute(c, std::string(sql::advisory_epoch_bump), {}, deadline, broken,
-                     /*multi=*/true);
-    if (!broken && PQtransactionStatus(c) != PQTRANS_IDLE) {
-      bool rollback_broken = false;
-      auto rolled = execute(c, "ROLLBACK", {}, Clock::now() + options_.io_timeout, rollback_broken);
-      broken = !rolled.ok() || rollback_broken || PQtransactionStatus(c) != PQTRANS_IDLE;
+    struct Warnings {
+      int count = 0;
+      std::string first;
+    } warnings;
+    PQnoticeReceiver previous = PQsetNoticeReceiver(
+        c,
+        [](void* arg, const PGresult* notice) {
+          auto* w = static_cast<Warnings*>(arg);
+          const char* severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
+          if (severity == nullptr || std::string_view(severity) != "WARNING") return;
+          if (w->count++ == 0) {
+            const char* text = PQresultErrorField(notice, PG_DIAG_MESSAGE_PRIMARY);
+            w->first = text != nullptr ? text : "";
+          }
+        },
+        &warnings);
+    auto raised = execute(c, std::string(sql::advisory_epoch_raise), {}, deadline, broken);
+    (void)PQsetNoticeReceiver(c, previous, nullptr);
+    if (!raised.ok()) {
+      if (raised.code() == Code::kPermissionDenied) {
+        return Status(Code::kPermissionDenied,
+                      fmt::format("cannot raise the advisory token epoch ({}): the role needs "
+                                  "SELECT, INSERT, UPDATE on fencelock_advisory_epoch and "
+                                  "fencelock_advisory_live; ask the owner to grant them "
+                                  "(`fencelock migrate` prints the grants)",
+                                  raised.status().message()));
+      }
+      return Status(raised.code(),
+                    "raising the advisory token epoch: " + raised.status().message() +
+                        " (no count was made of it: the next grant raises again)");
     }
-    if (r.ok()) {
-      detail::log(LogLevel::kInfo, "{}: raised the advisory token epoch", uri_.description);
-      return Status::Ok();
+    if (warnings.count > 0) {
+      return Status(Code::kUnavailable,
+                    fmt::format("the raise of the advisory token epoch was not confirmed ({}): a "
+                                "synchronous standby may lack it, so no token is drawn from it; "
+                                "the next grant raises again",
+                                warnings.first));
     }
-    if (r.code() == Code::kPermissionDenied) {
-      return Status(Code::kPermissionDenied,
-                    fmt::format("cannot raise the advisory token epoch ({}): the role needs "
-                                "SELECT, INSERT, UPDATE on fencelock_advisory_epoch and "
-                                "fencelock_advisory_live; ask the owner to grant them "
-                                "(`fencelock migrate` prints the grants)",
-                                r.status().message()));
-    }
-    return r.status();
+    if (PQntuples(raised->get()) == 0) return Status::Ok();  // a valid count appeared meanwhile
+    const std::string epoch = PQgetvalue(raised->get(), 0, 0);
+    auto live = execute(c, std::string(sql::advisory_epoch_live), {epoch}, deadline, broken);
+    if (!live.ok()) return live.status();
+    detail::log(LogLevel::kInfo, "{}: raised the advisory token epoch to {}", uri_.description,
+                epoch);
+    return Status::Ok();
   }
 
   // One try, its checkout and statement ending by the earlier of io_timeout and `until` (the
@@ -392,7 +420,7 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
                          note_params(call, key, **session), bound, broken, &cancel_done);
     // No valid count (none yet, or a crash or promotion emptied the unlogged table): nothing
     // was tried. Raise it and try again; a concurrent bump may take a turn more.
-    for (int bump = 0; r.ok() && bump < 3 && PQnfields(r->get()) == 3 &&
+    for (int bump = 0; r.ok() && bump < 3 && PQnfields(r->get()) == 4 &&
                        std::string_view(PQgetvalue(r->get(), 0, 1)) == "t" &&
                        std::string_view(PQgetvalue(r->get(), 0, 2)) != "t";
          ++bump) {
@@ -426,6 +454,15 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
       finish(*session, broken);
       return Status(Code::kUnavailable,
                     "the advisory token count still had no valid epoch after raising it");
+    }
+    if (PQgetisnull(r->get(), 0, 0) && std::string_view(PQgetvalue(r->get(), 0, 3)) == "t") {
+      // Granted, but the count row was gone by the time the token was drawn (deleted by hand):
+      // the lock must not stay on the pooled session without a holder.
+      const bool unlocked = !broken && unlock_fully(*session, key, call.shared);
+      finish(*session, !unlocked);
+      return Status(Code::kUnavailable,
+                    "the advisory token count (fencelock_advisory_live) vanished during the grant; "
+                    "the lock was given back");
     }
     if (PQgetisnull(r->get(), 0, 0)) {
       finish(*session, broken);

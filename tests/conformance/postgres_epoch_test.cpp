@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -192,6 +193,39 @@ TEST_F(PostgresEpoch, ConcurrentRaisesNeverSetTheSequenceBack) {
     EXPECT_EQ(all.size(), std::size_t{kClients * kGrants}) << "a token was handed out twice";
     EXPECT_LE(*all.rbegin() / kEpochUnit, epoch()) << "a token above the durable epoch";
   }
+}
+
+// A raise whose commit cannot reach a synchronous standby (synchronous_standby_names names one
+// that never connects) times out; PostgreSQL then makes the raised epoch visible although no
+// standby has it. No count may be made of it: grants must keep failing rather than hand out
+// tokens of an epoch a promoted standby would raise to again. Before, the raise's second step ran
+// in the same script after the cancel, and from then on every grant succeeded without a standby.
+TEST_F(PostgresEpoch, ARaiseThatNoSynchronousStandbyConfirmedMakesNoCount) {
+  {
+    Client client = connect();
+    (void)grant(client, "epoch/standby");  // the schema and epoch 1 exist
+  }
+  server_->sql("ALTER SYSTEM SET synchronous_standby_names = 'ghost'");
+  server_->crash();  // empties the count
+  server_->start_again();
+  ASSERT_EQ(server_->sql("SELECT count(*) FROM fencelock_advisory_live"), "0");
+  auto client = Client::connect(uri(), {.io_timeout = 1s});
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  for (int i = 0; i < 2; ++i) {
+    auto lease = client->acquire(key("epoch/standby"), {.ttl = 5s});
+    EXPECT_FALSE(lease.ok()) << "granted token " << lease->token().value()
+                             << " under an epoch no standby confirmed";
+    EXPECT_EQ(server_->sql("SELECT count(*) FROM fencelock_advisory_live"), "0");
+  }
+  // The standby requirement lifted: the next raise is confirmed, and grants go on above.
+  server_->sql("ALTER SYSTEM RESET synchronous_standby_names");
+  server_->sql("SELECT pg_reload_conf()");
+  std::optional<Result<Lease>> after;
+  ASSERT_TRUE(eventually([&] {
+    after.emplace(client->acquire(key("epoch/standby"), {.ttl = 5s}));
+    return after->ok();
+  })) << after->status().to_string();
+  EXPECT_GE((*after)->token().value() / kEpochUnit, 2U);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 -- $1 advisory key (bigint), $2 lock name, $3 owner id, $4 ttl in ms, $5 holder metadata (JSON),
 -- $6 the session's mark (session_pool.h). Returns the token, or NULL (nothing drawn or noted)
 -- when the statement ran in a server session without the mark or there was no valid count; and
--- whether there was one (false: raise the epoch, advisory_epoch_bump.sql, and run this again; the
+-- whether there was one (false: raise the epoch, advisory_epoch_raise.sql, and run this again; the
 -- session still holds the lock).
 WITH valid AS MATERIALIZED (
   SELECT EXISTS (SELECT 1 FROM fencelock_advisory_live WHERE id = 1 AND count < 1095216660480) AS ok
