@@ -374,7 +374,13 @@ class AdvisoryBackend final : public Backend, public ServerQueue {
           }
         },
         &warnings);
-    auto raised = execute(c, std::string(sql::advisory_epoch_raise), {}, deadline, broken);
+    std::shared_future<void> cancel_done;
+    auto raised = execute(c, std::string(sql::advisory_epoch_raise), {}, deadline, broken,
+                          /*multi=*/false, {}, &cancel_done);
+    if (broken && raised.code() == Code::kDeadlineExceeded) {
+      // The session may hold other leases' locks: bring it back rather than close it.
+      broken = !recover_after_timeout(c, cancel_done, Clock::now() + options_.io_timeout);
+    }
     (void)PQsetNoticeReceiver(c, previous, nullptr);
     if (!raised.ok()) {
       if (raised.code() == Code::kPermissionDenied) {
