@@ -305,9 +305,14 @@ postgres_standby_start() {
 # The fencing tokens drawn so far: lease mode's sequence and advisory mode's count in its current
 # epoch (0 before any draw).
 postgres_tokens_drawn() {
-  psql -X -w -q -At -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$PG_DATABASE" -c \
-    "SELECT coalesce((SELECT last_value FROM pg_sequences WHERE sequencename = 'fencelock_tokens'), 0)
-          + coalesce((SELECT sum(count) FROM fencelock_advisory_live), 0)" 2>/dev/null || echo 0
+  local lease advisory
+  lease=$(psql -X -w -q -At -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$PG_DATABASE" -c \
+    "SELECT coalesce(max(last_value), 0) FROM pg_sequences WHERE sequencename = 'fencelock_tokens'" \
+    2>/dev/null) || lease=0
+  # The table exists only once an advisory client or migrate made it.
+  advisory=$(psql -X -w -q -At -h "$PG_DIR" -p "$PG_PORT" -U postgres -d "$PG_DATABASE" -c \
+    "SELECT coalesce(sum(count), 0) FROM fencelock_advisory_live" 2>/dev/null) || advisory=0
+  echo $((${lease:-0} + ${advisory:-0}))
 }
 
 postgres_failover() {

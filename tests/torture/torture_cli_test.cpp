@@ -239,6 +239,18 @@ class RedisServers {
   std::vector<std::string> env_;
 };
 
+// A torture run of server-kill: SAFE, no token below an earlier one, at least two crashes that
+// took effect, and grants enough to show it.
+void expect_safe_under_server_kill(const RunResult& run) {
+  auto r = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(r.is_object()) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.exit_code, 0) << r.dump();
+  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
+  EXPECT_EQ(r.value("token_violations", -1), 0) << r.dump();
+  EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
+  EXPECT_GT(r.value("grants", 0), 10) << r.dump();
+}
+
 // Before clock-seeded counters a Redis restarted without its data handed out token 1 again
 // (UNSAFE with thousands of token violations). Each server is crashed in turn and restarted one
 // TTL later, empty.
@@ -249,13 +261,7 @@ TEST(TortureCli, ServerKillWithoutPersistenceKeepsTokensMonotonicOnRedisAndRedlo
         run_cli({"torture", "--backend", servers.uri(), "--json", "--workers", "3", "--duration",
                  "14s", "--faults", "server-kill", "--server-control", FENCELOCK_SERVERS_SH},
                 servers.env(), std::chrono::minutes(2));
-    auto r = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
-    ASSERT_TRUE(r.is_object()) << run.stdout_text << run.stderr_text;
-    EXPECT_EQ(run.exit_code, 0) << r.dump();
-    EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
-    EXPECT_EQ(r.value("token_violations", -1), 0) << r.dump();
-    EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
-    EXPECT_GT(r.value("grants", 0), 10) << r.dump();
+    expect_safe_under_server_kill(run);
   }
 }
 
@@ -269,13 +275,7 @@ TEST(TortureCli, ServerKillKeepsPostgresAdvisoryTokensMonotonic) {
       {"torture", "--backend", server.uri() + sep + "mode=advisory", "--json", "--workers", "3",
        "--duration", "16s", "--faults", "server-kill", "--server-control", FENCELOCK_SERVERS_SH},
       server.env(), std::chrono::minutes(2));
-  auto r = nlohmann::json::parse(run.stdout_text, nullptr, /*allow_exceptions=*/false);
-  ASSERT_TRUE(r.is_object()) << run.stdout_text << run.stderr_text;
-  EXPECT_EQ(run.exit_code, 0) << r.dump();
-  EXPECT_EQ(r.value("verdict", ""), "SAFE") << r.dump();
-  EXPECT_EQ(r.value("token_violations", -1), 0) << r.dump();
-  EXPECT_GE(r["by_fault"]["server-kill"].value("effective", 0), 2) << r.dump();
-  EXPECT_GT(r.value("grants", 0), 10) << r.dump();
+  expect_safe_under_server_kill(run);
 }
 
 nlohmann::json torture_failover(const PostgresPair& pair, const std::string& mode,

@@ -19,8 +19,9 @@ CREATE TABLE IF NOT EXISTS fencelock_leases (
 -- epoch * 2^40 + a count (docs/PROTOCOLS.md, advisory "Tokens"). The epoch grows durably in
 -- fencelock_advisory_epoch; the count in the UNLOGGED fencelock_advisory_live, which a crash or a
 -- standby's promotion empties (the next grant then raises the epoch): no grant waits for a WAL
--- flush. fencelock_advisory_tokens drew the tokens of earlier versions; the first epoch starts
--- above them.
+-- flush; advisory_epoch.sql makes the two tables (advisory mode and migrate run it after this).
+-- fencelock_advisory_tokens drew the tokens of earlier versions; the first epoch starts above
+-- them.
 CREATE SEQUENCE IF NOT EXISTS fencelock_advisory_tokens;
 CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_holders (
   key    bigint PRIMARY KEY,
@@ -31,14 +32,4 @@ CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_holders (
   holder jsonb,
   pid    integer NOT NULL
 )
-;
-CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (
-  id    smallint PRIMARY KEY CHECK (id = 1),
-  epoch bigint NOT NULL CHECK (epoch >= 0)
-)
-;
-CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_live (
-  id    smallint PRIMARY KEY CHECK (id = 1),
-  epoch bigint NOT NULL CHECK (epoch > 0),
-  count bigint NOT NULL CHECK (count >= 0)
-)
+
