@@ -261,8 +261,8 @@ namespace {
 // statement's execution, or a statement to prepare.
 struct Send {
   enum class Kind { kParams, kScript, kPrepared, kPrepare } kind;
-  const std::string& sql;      // the text, or for kPrepared the statement's name
-  const char* name = nullptr;  // kPrepare: the name to prepare it under
+  const std::string& sql;             // the text, or for kPrepared the statement's name
+  const std::string* name = nullptr;  // kPrepare: the name to prepare it under
 };
 
 Result<ResultPtr> execute_sent(PGconn* c, const Send& what, const std::vector<std::string>& params,
@@ -284,7 +284,7 @@ Result<ResultPtr> execute_prepared(PGconn* c, std::uint32_t& prepared, const Pre
                                    std::shared_future<void>* cancel_done) {
   const std::uint32_t bit = 1U << ps.slot;
   if ((prepared & bit) == 0) {
-    auto made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, ps.name}, params, deadline,
+    auto made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, &ps.name}, params, deadline,
                              broken, {}, cancel_done);
     if (!made.ok() && !broken && PQtransactionStatus(c) == PQTRANS_IDLE) {
       // An earlier prepare that timed out may have completed after all (its connection was
@@ -293,14 +293,13 @@ Result<ResultPtr> execute_prepared(PGconn* c, std::uint32_t& prepared, const Pre
       auto dropped =
           execute_sent(c, Send{Send::Kind::kScript, drop}, {}, deadline, broken, {}, nullptr);
       if (!dropped.ok()) return made;
-      made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, ps.name}, params, deadline, broken,
+      made = execute_sent(c, Send{Send::Kind::kPrepare, ps.sql, &ps.name}, params, deadline, broken,
                           {}, cancel_done);
     }
     if (!made.ok()) return made;
     prepared |= bit;
   }
-  const std::string name(ps.name);
-  return execute_sent(c, Send{Send::Kind::kPrepared, name}, params, deadline, broken, {},
+  return execute_sent(c, Send{Send::Kind::kPrepared, ps.name}, params, deadline, broken, {},
                       cancel_done);
 }
 
@@ -335,7 +334,7 @@ Result<ResultPtr> execute_sent(PGconn* c, const Send& what, const std::vector<st
       sent = PQsendQueryPrepared(c, what.sql.c_str(), n, values.data(), nullptr, nullptr, 0);
       break;
     case Send::Kind::kPrepare:
-      sent = PQsendPrepare(c, what.name, what.sql.c_str(), n, nullptr);
+      sent = PQsendPrepare(c, what.name->c_str(), what.sql.c_str(), n, nullptr);
       break;
   }
   if (sent == 0) {

@@ -86,7 +86,7 @@ Result<ResultPtr> execute(PGconn* c, const std::string& sql, const std::vector<s
 // A statement a connection prepares on first use (execute_prepared): its name on the server,
 // its text, and its bit in the connection's `prepared` mask (slot < 32, one per statement).
 struct PreparedStatement {
-  const char* name;
+  std::string name;
   std::string sql;
   unsigned slot;
 };

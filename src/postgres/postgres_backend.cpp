@@ -75,43 +75,40 @@ Result<std::vector<std::string>> ensure_released_column(PgPool& pool, millisecon
 // safe, slower, and said in a warning.
 Result<std::vector<std::string>> ensure_advisory_epoch(PgPool& pool, milliseconds timeout) {
   std::vector<std::string> ran;
-  bool has_tables = false;
-  Result<ResultPtr> made = Status(Code::kInternal, "not run");
-  // A concurrent creator can make CREATE ... IF NOT EXISTS fail with a unique violation on the
-  // catalog: one more look settles it.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
-    if (!state.ok()) return state.status();
-    has_tables = std::string_view(PQgetvalue(state->get(), 0, 0)) == "t";
-    const bool holders_logged = std::string_view(PQgetvalue(state->get(), 0, 1)) == "p";
-    if (has_tables && !holders_logged) return ran;
-    made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
-               /*multi=*/true);
-    if (made.ok()) {
-      ran.emplace_back(sql::advisory_epoch);
-      return ran;
+  auto state = run(pool, std::string(sql::catalog_advisory_epoch), {}, Clock::now() + timeout);
+  if (!state.ok()) return state.status();
+  if (std::string_view(PQgetvalue(state->get(), 0, 0)) != "t") {
+    // A concurrent creator can make CREATE ... IF NOT EXISTS fail with a unique violation on the
+    // catalog: once more settles it.
+    auto made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
+                    /*multi=*/true);
+    if (!made.ok() && made.code() != Code::kPermissionDenied) {
+      made = run(pool, std::string(sql::advisory_epoch), {}, Clock::now() + timeout,
+                 /*multi=*/true);
     }
-    if (made.code() == Code::kPermissionDenied) break;
-  }
-  if (made.code() != Code::kPermissionDenied) return made.status();
-  if (!has_tables) {
-    // Perhaps only the holders table is not this role's: the two new tables alone.
-    std::string tables(sql::advisory_epoch);
-    tables = tables.substr(0, tables.find("ALTER TABLE")) + "COMMIT;";
-    auto created = run(pool, tables, {}, Clock::now() + timeout, /*multi=*/true);
-    if (!created.ok()) {
+    if (made.code() == Code::kPermissionDenied) {
       return Status(Code::kPermissionDenied,
                     "this version of fencelock draws advisory tokens under an epoch kept in the "
                     "tables fencelock_advisory_epoch and fencelock_advisory_live, which do not "
                     "exist, and this role may not create them: ask the owner of fencelock's tables "
                     "to run `fencelock migrate --backend URI` once");
     }
-    ran.emplace_back(tables);
+    if (!made.ok()) return made.status();
+    ran.emplace_back(sql::advisory_epoch);
   }
-  detail::log(LogLevel::kWarning,
-              "fencelock_advisory_holders is logged and this role may not make it UNLOGGED: "
-              "every advisory grant waits for a WAL flush (safe, slower); ask its owner to run "
-              "`fencelock migrate --backend URI` once");
+  if (std::string_view(PQgetvalue(state->get(), 0, 1)) != "p") return ran;  // holders unlogged
+  const std::string unlog = "ALTER TABLE fencelock_advisory_holders SET UNLOGGED";
+  auto altered = run(pool, unlog, {}, Clock::now() + timeout);
+  if (altered.ok()) {
+    ran.emplace_back(unlog);
+  } else if (altered.code() == Code::kPermissionDenied) {
+    detail::log(LogLevel::kWarning,
+                "fencelock_advisory_holders is logged and this role may not make it UNLOGGED: "
+                "every advisory grant waits for a WAL flush (safe, slower); ask its owner to run "
+                "`fencelock migrate --backend URI` once");
+  } else {
+    return altered.status();
+  }
   return ran;
 }
 

@@ -1,7 +1,7 @@
--- Upgrades a database of an earlier version to advisory mode's epoch tokens (docs/PROTOCOLS.md,
--- advisory "Tokens"): the epoch table, the unlogged count, and the holders table UNLOGGED, so
--- that no grant writes WAL that must be flushed. Run by postgres_backend.cpp where
--- catalog_advisory_epoch.sql says it is needed, and by `fencelock migrate`.
+-- Advisory mode's epoch tokens (docs/PROTOCOLS.md, advisory "Tokens"): the durable epoch and the
+-- unlogged count. Run by postgres_backend.cpp (ensure_advisory_epoch) where
+-- catalog_advisory_epoch.sql says they are missing, and by `fencelock migrate`; a holders table
+-- of an earlier version is then made UNLOGGED apart (it may belong to another role).
 BEGIN;
 SET LOCAL client_min_messages = warning;  -- no "already exists, skipping" notices
 CREATE TABLE IF NOT EXISTS fencelock_advisory_epoch (
@@ -13,5 +13,4 @@ CREATE UNLOGGED TABLE IF NOT EXISTS fencelock_advisory_live (
   epoch bigint NOT NULL CHECK (epoch > 0),
   count bigint NOT NULL CHECK (count >= 0)
 );
-ALTER TABLE fencelock_advisory_holders SET UNLOGGED;
 COMMIT;
