@@ -195,6 +195,27 @@ TEST_F(PostgresEpoch, ConcurrentRaisesNeverSetTheSequenceBack) {
   }
 }
 
+// The count row vanishes (deleted by hand) between a try's check of it and its draw: the try
+// was granted but got no token. The lock must be given back, not left on a pooled session
+// without a holder (before, the try answered "held by another session" and kept it).
+TEST_F(PostgresEpoch, ATryGrantedAfterTheCountVanishedGivesTheLockBack) {
+  Client client = connect();
+  (void)grant(client, "epoch/vanish");
+  std::jthread deleter(
+      [&] { server_->sql("DELETE FROM fencelock_advisory_live; SELECT pg_sleep(0.5)"); });
+  ASSERT_TRUE(eventually([&] {
+    return server_->sql(
+               "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query "
+               "LIKE 'DELETE FROM fencelock_advisory_live%'") == "1";
+  }));
+  auto lease = client.acquire(key("epoch/vanish"), {.ttl = 5s});
+  EXPECT_EQ(lease.code(), Code::kUnavailable) << lease.status().to_string();
+  deleter.join();
+  Client other = connect();
+  auto after = other.acquire(key("epoch/vanish"), {.ttl = 5s, .wait = 2s});
+  EXPECT_TRUE(after.ok()) << "the lock stayed held: " << after.status().to_string();
+}
+
 // A raise whose commit cannot reach a synchronous standby (synchronous_standby_names names one
 // that never connects) times out; PostgreSQL then makes the raised epoch visible although no
 // standby has it. No count may be made of it: grants must keep failing rather than hand out
